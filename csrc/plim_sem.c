@@ -1,0 +1,414 @@
+/* plim_sem.c: lock-free permit counter glued to the intrusive FIFO queue.
+ *
+ * Implementation notes
+ * ====================
+ *
+ * State.  All permit accounting lives in one 64-bit atomic word, so a single
+ * compare-and-swap both checks and changes everything the fast paths look
+ * at:
+ *
+ *     bit 0        QUEUED   the wait queue is non-empty
+ *     bit 1        CLOSED   close() was called (never cleared)
+ *     bits 2..63   avail + BIAS, unsigned
+ *
+ * avail is max - acquired for a bounded semaphore and -acquired for an
+ * unbounded one.  It is signed: lowering the limit below what is held makes
+ * it negative.  BIAS (2^61) keeps the field non-negative, so adding or
+ * taking n permits is plain unsigned arithmetic on the word (n << 2) with
+ * no sign or shift pitfalls, and the flag bits are never disturbed: limits
+ * and requests are capped at PLIM_MAX_PERMITS (2^60 - 1) and an unbounded
+ * semaphore at PLIM_MAX_ACQUIRED outstanding, so avail stays inside
+ * [-2^61, 2^61).
+ *
+ * Invariants.
+ *   I1  QUEUED is set  <=>  the queue is non-empty.  Both change only under
+ *       mu, in the same critical section.
+ *   I2  While QUEUED is set, only lock holders change avail.  Fast acquirers
+ *       fail on QUEUED and fast releasers divert to the lock, both decided by
+ *       the same CAS that would change the word, so no stale decision can
+ *       slip in: a CAS built on a word read before QUEUED was set fails.
+ *   I3  No barging: a request is granted only if it is the queue head or
+ *       the queue is empty (QUEUED clear, checked in the granting CAS).
+ *   I4  The head is granted as soon as avail >= head->need, by whoever
+ *       changed avail or the queue under mu (release, cancel, resume,
+ *       set_max).  So a released permit never sits idle while the head fits.
+ *
+ * Fairness.  Strict FIFO.  A head that does not fit blocks everyone behind
+ * it, even requests that would fit.  Scenario: 10 permits, 9 held; a request
+ * for 8 queues, then a stream of requests for 1 arrives.  If the small ones
+ * could overtake, each release would be eaten by a newcomer and the 8 would
+ * never be served.  With FIFO the 8 is served after the first 7 permits come
+ * back, and the newcomers follow it in order.
+ *
+ * Cancellation checks are not evaluated here.  Processing stops at a head
+ * whose has_check is set and reports it in batch->check; the caller answers
+ * through plim_resume() with no lock held.  Calling out under mu would let a
+ * callback block or re-enter while every other slow path waits on mu.
+ *
+ * Memory orders.  Permits act like a lock on what they guard, so taking
+ * permits is an acquire and giving them back is a release: a holder sees
+ * everything the previous holder wrote before releasing.  Under mu the mutex
+ * orders the queue itself; the atomics there only need to keep the word
+ * consistent for lock-free readers, and the orders used say why at each
+ * site.  Rare state changes (close, set_max) use seq_cst.
+ *
+ * Locking rules.
+ *   - mu guards head/tail, every waiter's fields while it is queued,
+ *     max_queue, and the QUEUED bit transitions.
+ *   - mu is a leaf lock: nothing here calls out while holding it, and the
+ *     caller must not call into the same semaphore from inside a batch walk
+ *     that it does while holding its own locks (it holds none of ours).
+ *   - Waking is the caller's job, after the call returns (mu dropped): a
+ *     woken thread that immediately calls in again would otherwise find mu
+ *     still held and stall, and a Python binding must not run Python code
+ *     (which may drop the GIL) while mu is held.
+ */
+#include "plim.h"
+#include "plim_waitq.h"
+
+#define W_QUEUED ((uint64_t)1)
+#define W_CLOSED ((uint64_t)2)
+#define W_SHIFT 2
+#define W_BIAS ((int64_t)1 << 61)
+
+PLIM_INLINE int64_t w_avail(uint64_t w)
+{
+    return (int64_t)(w >> W_SHIFT) - W_BIAS;
+}
+
+/* w_units converts a permit delta (any sign) to its word delta.  Unsigned
+ * wrap-around makes negative deltas work with plain addition. */
+PLIM_INLINE uint64_t w_units(int64_t n)
+{
+    return ((uint64_t)n) << W_SHIFT;
+}
+
+PLIM_INLINE uint64_t w_make(int64_t avail, uint64_t flags)
+{
+    return (((uint64_t)(avail + W_BIAS)) << W_SHIFT) | flags;
+}
+
+int plim_sem_init(plim_sem_t *sem, int64_t max_permits, int64_t max_queue)
+{
+    if (max_permits > PLIM_MAX_PERMITS)
+        return -1;
+    sem->unbounded = max_permits <= 0;
+    atomic_init(&sem->word, w_make(sem->unbounded ? 0 : max_permits, 0));
+    atomic_init(&sem->max, max_permits);
+    atomic_init(&sem->qlen, 0);
+    sem->max_queue = max_queue;
+    sem->head = sem->tail = NULL;
+    if (plim_mutex_init(&sem->mu) != 0)
+        return -1;
+    return PLIM_OK;
+}
+
+void plim_sem_destroy(plim_sem_t *sem)
+{
+    PLIM_ASSERT(sem->head == NULL);
+    plim_mutex_destroy(&sem->mu);
+}
+
+void plim_batch_init(plim_batch_t *b)
+{
+    b->done_head = b->done_tail = NULL;
+    b->check = NULL;
+}
+
+plim_waiter_t *plim_batch_pop(plim_batch_t *b)
+{
+    plim_waiter_t *w = b->done_head;
+    if (w != NULL) {
+        b->done_head = w->done_next;
+        if (b->done_head == NULL)
+            b->done_tail = NULL;
+        w->done_next = NULL;
+    }
+    return w;
+}
+
+void plim_waiter_init(plim_waiter_t *w, int has_check)
+{
+    w->prev = w->next = w->done_next = NULL;
+    w->need = w->total = w->granted = 0;
+    w->has_check = has_check;
+    w->state = PLIM_W_IDLE;
+}
+
+/* ---- lock-free readers ------------------------------------------------ */
+
+int64_t plim_available(plim_sem_t *sem)
+{
+    /* relaxed: a statistics snapshot, not a decision anybody acts on. */
+    return w_avail(atomic_load_explicit(&sem->word, memory_order_relaxed));
+}
+
+int64_t plim_max(plim_sem_t *sem)
+{
+    /* relaxed: a snapshot; set_max writes it under mu. */
+    return atomic_load_explicit(&sem->max, memory_order_relaxed);
+}
+
+int64_t plim_acquired(plim_sem_t *sem)
+{
+    int64_t avail = plim_available(sem);
+    if (sem->unbounded)
+        return -avail;
+    /* Two loads: during a concurrent set_max the pair may straddle it, so
+     * this is exact only when nobody changes the limit meanwhile. */
+    return plim_max(sem) - avail;
+}
+
+int64_t plim_queue_len(plim_sem_t *sem)
+{
+    /* relaxed: a snapshot of a value written under mu. */
+    return atomic_load_explicit(&sem->qlen, memory_order_relaxed);
+}
+
+int plim_closed(plim_sem_t *sem)
+{
+    /* relaxed: callers that act on "closed" recheck it in their CAS. */
+    return (atomic_load_explicit(&sem->word, memory_order_relaxed) & W_CLOSED) != 0;
+}
+
+/* ---- fast paths --------------------------------------------------------- */
+
+int plim_try_acquire(plim_sem_t *sem, int64_t n)
+{
+    /* relaxed: only a guess for the CAS, which validates it. */
+    uint64_t cur = atomic_load_explicit(&sem->word, memory_order_relaxed);
+    for (;;) {
+        if (cur & W_CLOSED)
+            return PLIM_CLOSED;
+        if (sem->unbounded) {
+            if (w_avail(cur) - n < -PLIM_MAX_ACQUIRED)
+                return PLIM_OVERFLOW;
+        } else if ((cur & W_QUEUED) || w_avail(cur) < n) {
+            /* QUEUED: others were first; taking now would barge (I3). */
+            return PLIM_EMPTY;
+        }
+        /* acquire on success: pairs with the release in plim_release so the
+         * new holder sees what the previous holder wrote.  relaxed on
+         * failure: we only reread the word and decide again. */
+        if (atomic_compare_exchange_weak_explicit(&sem->word, &cur, cur - w_units(n),
+                                                  memory_order_acquire,
+                                                  memory_order_relaxed))
+            return PLIM_OK;
+    }
+}
+
+/* process_locked grants queue heads while they fit (I4), stopping at a head
+ * that carries a check unless it is `checked`, whose answer the caller just
+ * gave.  Clears QUEUED when the queue empties (I1).  Requires mu. */
+static void process_locked(plim_sem_t *sem, plim_waiter_t *checked, plim_batch_t *b)
+{
+    plim_waiter_t *h;
+    while ((h = sem->head) != NULL) {
+        if (h->has_check && h != checked) {
+            b->check = h;
+            return; /* QUEUED stays set: h is still queued */
+        }
+        if (!sem->unbounded) {
+            /* relaxed: under mu with QUEUED set nobody else changes avail
+             * (I2); the taking RMW below is the acquire. */
+            uint64_t cur = atomic_load_explicit(&sem->word, memory_order_relaxed);
+            if (w_avail(cur) < h->need)
+                break;
+        }
+        /* acquire: the grantee may touch what the releaser guarded. */
+        atomic_fetch_sub_explicit(&sem->word, w_units(h->need), memory_order_acquire);
+        plim_waitq_unlink(sem, h);
+        h->granted = h->need;
+        h->state = PLIM_W_GRANTED;
+        plim_batch_push(b, h);
+        checked = NULL; /* an answer covers one grant only */
+    }
+    if (sem->head == NULL) {
+        /* relaxed: the flag only steers later CASes onto or off the lock,
+         * and every RMW reads the latest word whatever its order. */
+        atomic_fetch_and_explicit(&sem->word, ~W_QUEUED, memory_order_relaxed);
+    }
+}
+
+int plim_release(plim_sem_t *sem, int64_t n, plim_batch_t *b)
+{
+    b->check = NULL;
+    if (n == 0)
+        return PLIM_OK;
+    /* relaxed: only a guess for the CAS, which validates it. */
+    uint64_t cur = atomic_load_explicit(&sem->word, memory_order_relaxed);
+    while (!(cur & W_QUEUED)) {
+        /* release: publishes the holder's writes to the next taker.
+         * relaxed on failure: we reread and decide again. */
+        if (atomic_compare_exchange_weak_explicit(&sem->word, &cur, cur + w_units(n),
+                                                  memory_order_release,
+                                                  memory_order_relaxed))
+            return PLIM_OK;
+    }
+    /* Waiters exist: the permits must go to the head under mu.  Adding them
+     * without the lock and leaving would break I4 (a head that now fits
+     * would sleep until some later release happened to process the queue). */
+    plim_mutex_lock(&sem->mu);
+    /* release: as in the fast path. */
+    atomic_fetch_add_explicit(&sem->word, w_units(n), memory_order_release);
+    process_locked(sem, NULL, b);
+    plim_mutex_unlock(&sem->mu);
+    return PLIM_OK;
+}
+
+/* ---- slow paths (mu) ----------------------------------------------------- */
+
+int plim_enqueue(plim_sem_t *sem, plim_waiter_t *w, int64_t need, int64_t total)
+{
+    w->need = need;
+    w->total = total;
+    w->granted = 0;
+    w->prev = w->next = w->done_next = NULL;
+    plim_mutex_lock(&sem->mu);
+    /* relaxed: only a guess for the CASes below. */
+    uint64_t cur = atomic_load_explicit(&sem->word, memory_order_relaxed);
+    for (;;) {
+        if (cur & W_CLOSED) {
+            plim_mutex_unlock(&sem->mu);
+            return PLIM_CLOSED;
+        }
+        int fits;
+        if (sem->unbounded) {
+            if (w_avail(cur) - need < -PLIM_MAX_ACQUIRED) {
+                plim_mutex_unlock(&sem->mu);
+                return PLIM_OVERFLOW;
+            }
+            fits = 1;
+        } else {
+            fits = !(cur & W_QUEUED) && w_avail(cur) >= need;
+        }
+        if (fits) {
+            /* acquire/relaxed: as in plim_try_acquire. */
+            if (atomic_compare_exchange_weak_explicit(&sem->word, &cur,
+                                                      cur - w_units(need),
+                                                      memory_order_acquire,
+                                                      memory_order_relaxed)) {
+                w->granted = need;
+                w->state = PLIM_W_GRANTED;
+                plim_mutex_unlock(&sem->mu);
+                return PLIM_OK;
+            }
+            continue;
+        }
+        if (sem->max_queue > 0 && plim_queue_len(sem) >= sem->max_queue) {
+            plim_mutex_unlock(&sem->mu);
+            return PLIM_FULL;
+        }
+        if (cur & W_QUEUED)
+            break;
+        /* Set QUEUED in the same CAS that saw "does not fit": a release that
+         * lands between our read and this CAS makes it fail, and we look
+         * again instead of sleeping on permits that are already back (I2).
+         * relaxed: the flag is ordered by RMW atomicity on the word and the
+         * queue itself by mu. */
+        if (atomic_compare_exchange_weak_explicit(&sem->word, &cur, cur | W_QUEUED,
+                                                  memory_order_relaxed,
+                                                  memory_order_relaxed))
+            break;
+    }
+    plim_waitq_push(sem, w);
+    w->state = PLIM_W_QUEUED;
+    plim_mutex_unlock(&sem->mu);
+    return PLIM_QUEUED;
+}
+
+int plim_cancel(plim_sem_t *sem, plim_waiter_t *w, plim_batch_t *b)
+{
+    b->check = NULL;
+    plim_mutex_lock(&sem->mu);
+    if (w->state != PLIM_W_QUEUED) {
+        plim_mutex_unlock(&sem->mu);
+        return PLIM_GONE;
+    }
+    int was_head = sem->head == w;
+    plim_waitq_unlink(sem, w);
+    w->state = PLIM_W_REMOVED;
+    /* Only the head can block others, so only its removal can let the
+     * requests behind it through; they are reconsidered at once. */
+    if (was_head)
+        process_locked(sem, NULL, b);
+    plim_mutex_unlock(&sem->mu);
+    return PLIM_OK;
+}
+
+int plim_resume(plim_sem_t *sem, plim_waiter_t *w, int cancelled, plim_batch_t *b)
+{
+    b->check = NULL;
+    plim_mutex_lock(&sem->mu);
+    /* Compare before dereferencing: the caller guarantees w is alive, but it
+     * may have left the queue while the check ran without the lock. */
+    if (sem->head == w && w->state == PLIM_W_QUEUED) {
+        if (cancelled) {
+            plim_waitq_unlink(sem, w);
+            w->state = PLIM_W_CANCELLED;
+            plim_batch_push(b, w);
+            process_locked(sem, NULL, b);
+        } else {
+            process_locked(sem, w, b);
+        }
+    } else {
+        process_locked(sem, NULL, b);
+    }
+    plim_mutex_unlock(&sem->mu);
+    return PLIM_OK;
+}
+
+int plim_release_growing(plim_sem_t *sem, int64_t n, plim_waiter_t *w, plim_batch_t *b)
+{
+    b->check = NULL;
+    plim_mutex_lock(&sem->mu);
+    if (w->state == PLIM_W_QUEUED)
+        w->need += n;
+    /* release: as in plim_release. */
+    atomic_fetch_add_explicit(&sem->word, w_units(n), memory_order_release);
+    process_locked(sem, NULL, b);
+    plim_mutex_unlock(&sem->mu);
+    return PLIM_OK;
+}
+
+int plim_close(plim_sem_t *sem, plim_batch_t *b)
+{
+    b->check = NULL;
+    plim_mutex_lock(&sem->mu);
+    atomic_fetch_or(&sem->word, W_CLOSED);
+    plim_waiter_t *h;
+    while ((h = sem->head) != NULL) {
+        plim_waitq_unlink(sem, h);
+        h->state = PLIM_W_CLOSED;
+        plim_batch_push(b, h);
+    }
+    atomic_fetch_and(&sem->word, ~W_QUEUED);
+    plim_mutex_unlock(&sem->mu);
+    return PLIM_OK;
+}
+
+int plim_set_max(plim_sem_t *sem, int64_t max, plim_batch_t *b)
+{
+    b->check = NULL;
+    if (sem->unbounded || max <= 0 || max > PLIM_MAX_PERMITS)
+        return -1;
+    plim_mutex_lock(&sem->mu);
+    int64_t old = atomic_load(&sem->max);
+    atomic_store(&sem->max, max);
+    atomic_fetch_add(&sem->word, w_units(max - old));
+    /* Requests that can never fit under the new limit fail now rather than
+     * block the queue forever. */
+    plim_waiter_t *h = sem->head;
+    while (h != NULL) {
+        plim_waiter_t *next = h->next;
+        if (h->total > max) {
+            plim_waitq_unlink(sem, h);
+            h->state = PLIM_W_TOO_LARGE;
+            plim_batch_push(b, h);
+        }
+        h = next;
+    }
+    process_locked(sem, NULL, b);
+    plim_mutex_unlock(&sem->mu);
+    return PLIM_OK;
+}
