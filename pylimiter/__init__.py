@@ -1,0 +1,59 @@
+"""pylimiter: memory-aware admission control for asyncio and threads.
+
+A weighted, strictly FIFO semaphore (``AsyncSemaphore``) and a heap/direct
+memory limiter built on it (``AsyncDualMemoryLimiter``), after Apache Pulsar's
+PIP-442.  The C implementation is used unless PYLIMITER_NO_EXTENSIONS is set;
+``IMPLEMENTATION`` says which one is active.
+"""
+
+from typing import TYPE_CHECKING
+
+from ._common import MAX_PERMITS, LimitType, SemaphoreStats
+from ._compat import USE_EXTENSIONS
+from ._errors import (
+    PermitAcquireAlreadyClosedError,
+    PermitAcquireCancelledError,
+    PermitAcquireError,
+    PermitAcquireQueueFullError,
+    PermitAcquireTimeoutError,
+)
+
+__version__ = "0.1.0"
+
+if TYPE_CHECKING or not USE_EXTENSIONS:
+    from ._limiter_py import (
+        AsyncDualMemoryLimiter,
+        AsyncSemaphore,
+        DualMemoryPermit,
+        SemaphorePermit,
+    )
+
+    IMPLEMENTATION = "python"
+else:
+    # No fallback: a missing or broken extension is an error, not a slowdown.
+    from ._limiter_c import (
+        AsyncDualMemoryLimiter,
+        AsyncSemaphore,
+        DualMemoryPermit,
+        SemaphorePermit,
+    )
+
+    IMPLEMENTATION = "c"
+
+__all__ = (
+    "AsyncSemaphore",
+    "AsyncDualMemoryLimiter",
+    "SemaphorePermit",
+    "DualMemoryPermit",
+    "SemaphoreStats",
+    "LimitType",
+    "MAX_PERMITS",
+    "PermitAcquireError",
+    "PermitAcquireTimeoutError",
+    "PermitAcquireQueueFullError",
+    "PermitAcquireAlreadyClosedError",
+    "PermitAcquireCancelledError",
+    "IMPLEMENTATION",
+    "USE_EXTENSIONS",
+    "__version__",
+)

@@ -1,0 +1,172 @@
+"""AsyncDualMemoryLimiter: two AsyncSemaphores, one per memory pool.
+
+Written once on top of whichever AsyncSemaphore an implementation provides;
+each implementation module binds ``_semaphore_class`` to its own.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+from ._common import _NO_TIMEOUT, LimitType, SemaphoreStats
+
+
+class DualMemoryPermit:
+    """Bytes held from one pool of an AsyncDualMemoryLimiter.
+
+    ``with`` releases it on exit, like SemaphorePermit.
+    """
+
+    __slots__ = ("_limiter", "_permit", "_limit_type")
+
+    def __init__(self, *args, **kwargs):
+        raise TypeError("pylimiter: permits are created by a limiter")
+
+    @classmethod
+    def _new(cls, limiter, permit, limit_type):
+        self = object.__new__(cls)
+        self._limiter = limiter
+        self._permit = permit
+        self._limit_type = limit_type
+        return self
+
+    @property
+    def permits(self) -> int:
+        """Bytes held now."""
+        return self._permit.permits
+
+    @property
+    def limit_type(self) -> LimitType:
+        """The pool these bytes come from."""
+        return self._limit_type
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self._limiter.release(self)
+
+    def __repr__(self) -> str:
+        return (f"<DualMemoryPermit {self._limit_type.name} "
+                f"permits={self._permit.permits}>")
+
+
+class _DualRequest:
+    """Awaitable (once) and async context manager around a semaphore request."""
+
+    __slots__ = ("_inner", "_limiter", "_limit_type", "_wrapper", "_result")
+
+    def __init__(self, inner, limiter, limit_type, wrapper):
+        self._inner = inner
+        self._limiter = limiter
+        self._limit_type = limit_type
+        self._wrapper = wrapper
+        self._result = None
+
+    def __await__(self):
+        permit = yield from self._inner.__await__()
+        if self._wrapper is None:
+            self._wrapper = DualMemoryPermit._new(self._limiter, permit,
+                                                  self._limit_type)
+        self._result = self._wrapper
+        return self._wrapper
+
+    async def __aenter__(self):
+        return await self
+
+    async def __aexit__(self, *exc):
+        if self._result is not None:
+            self._limiter.release(self._result)
+
+
+class DualMemoryLimiterBase:
+    """Separate heap and direct memory limits with FIFO queueing per pool.
+
+    Each pool is an AsyncSemaphore counting bytes: ``max_*_bytes <= 0``
+    disables that limit, ``*_max_queue_size`` bounds its queue and
+    ``*_timeout`` (seconds, None: for ever) its default wait.
+    """
+
+    _semaphore_class: type
+
+    def __init__(self, max_heap_bytes: int, max_direct_bytes: int, *,
+                 heap_max_queue_size: int = 10000,
+                 direct_max_queue_size: int = 10000,
+                 heap_timeout: Optional[float] = 25.0,
+                 direct_timeout: Optional[float] = 25.0):
+        cls = self._semaphore_class
+        self._limiters = {
+            LimitType.HEAP_MEMORY: cls(max_heap_bytes, heap_max_queue_size,
+                                       heap_timeout),
+            LimitType.DIRECT_MEMORY: cls(max_direct_bytes, direct_max_queue_size,
+                                         direct_timeout),
+        }
+
+    def get_limiter(self, limit_type: LimitType):
+        """The AsyncSemaphore behind one pool."""
+        try:
+            return self._limiters[limit_type]
+        except (KeyError, TypeError):
+            raise TypeError(
+                f"pylimiter: limit_type must be a LimitType, not {limit_type!r}"
+            ) from None
+
+    def _unwrap(self, permit) -> DualMemoryPermit:
+        if type(permit) is not DualMemoryPermit:
+            raise TypeError(
+                f"pylimiter: expected a DualMemoryPermit, not {type(permit).__name__}"
+            )
+        if permit._limiter is not self:
+            raise TypeError("pylimiter: the permit belongs to another limiter")
+        return permit
+
+    def acquire(self, size: int, limit_type: LimitType, *, timeout=_NO_TIMEOUT,
+                is_cancelled=None) -> _DualRequest:
+        """Awaitable of a DualMemoryPermit holding ``size`` bytes of one pool."""
+        sem = self.get_limiter(limit_type)
+        inner = sem.acquire(size, timeout=timeout, is_cancelled=is_cancelled)
+        return _DualRequest(inner, self, limit_type, None)
+
+    def acquire_blocking(self, size: int, limit_type: LimitType, *,
+                         timeout=_NO_TIMEOUT, is_cancelled=None) -> DualMemoryPermit:
+        """Blocking twin of ``acquire``."""
+        sem = self.get_limiter(limit_type)
+        permit = sem.acquire_blocking(size, timeout=timeout, is_cancelled=is_cancelled)
+        return DualMemoryPermit._new(self, permit, limit_type)
+
+    def update(self, permit: DualMemoryPermit, new_size: int, *,
+               timeout=_NO_TIMEOUT, is_cancelled=None) -> _DualRequest:
+        """Awaitable that resizes ``permit`` in place and returns it."""
+        p = self._unwrap(permit)
+        sem = self._limiters[p._limit_type]
+        inner = sem.update(p._permit, new_size, timeout=timeout,
+                           is_cancelled=is_cancelled)
+        return _DualRequest(inner, self, p._limit_type, p)
+
+    def update_blocking(self, permit: DualMemoryPermit, new_size: int, *,
+                        timeout=_NO_TIMEOUT, is_cancelled=None) -> DualMemoryPermit:
+        """Blocking twin of ``update``."""
+        p = self._unwrap(permit)
+        self._limiters[p._limit_type].update_blocking(
+            p._permit, new_size, timeout=timeout, is_cancelled=is_cancelled)
+        return p
+
+    def release(self, permit: DualMemoryPermit) -> None:
+        """Give back the bytes ``permit`` holds (a no-op when it holds none)."""
+        p = self._unwrap(permit)
+        self._limiters[p._limit_type].release(p._permit)
+
+    def close(self) -> None:
+        """Close both pools."""
+        for sem in self._limiters.values():
+            sem.close()
+
+    def stats(self) -> dict[LimitType, SemaphoreStats]:
+        """One SemaphoreStats per pool."""
+        return {t: sem.stats() for t, sem in self._limiters.items()}
+
+    def __repr__(self) -> str:
+        h = self._limiters[LimitType.HEAP_MEMORY]
+        d = self._limiters[LimitType.DIRECT_MEMORY]
+        return (f"<AsyncDualMemoryLimiter heap={h.acquired_permits}/{h.max_permits} "
+                f"direct={d.acquired_permits}/{d.max_permits}>")

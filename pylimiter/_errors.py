@@ -1,0 +1,31 @@
+"""Exceptions shared by both implementations."""
+
+from __future__ import annotations
+
+__all__ = [
+    "PermitAcquireError",
+    "PermitAcquireTimeoutError",
+    "PermitAcquireQueueFullError",
+    "PermitAcquireAlreadyClosedError",
+    "PermitAcquireCancelledError",
+]
+
+
+class PermitAcquireError(Exception):
+    """Base class: a request for permits did not complete."""
+
+
+class PermitAcquireTimeoutError(PermitAcquireError, TimeoutError):
+    """The request waited in the queue longer than its timeout."""
+
+
+class PermitAcquireQueueFullError(PermitAcquireError):
+    """The request would have to queue, but the queue is at max_queue_size."""
+
+
+class PermitAcquireAlreadyClosedError(PermitAcquireError):
+    """The semaphore was closed before the request was granted."""
+
+
+class PermitAcquireCancelledError(PermitAcquireError):
+    """The request's is_cancelled callable returned true (or raised)."""

@@ -1,0 +1,59 @@
+"""Build configuration: the one C extension and its switches.
+
+PYLIMITER_NO_EXTENSIONS=1     build and install the pure-Python package only
+PYLIMITER_DEBUG_BUILD=1       -O0 -g3, assertions and PLIM_DEBUG on
+PYLIMITER_SANITIZE=thread|address   build the extension with a sanitizer
+"""
+
+import os
+import sys
+
+from setuptools import Extension, setup
+
+NO_EXTENSIONS = bool(os.environ.get("PYLIMITER_NO_EXTENSIONS"))
+if sys.implementation.name != "cpython":
+    NO_EXTENSIONS = True
+
+if NO_EXTENSIONS:
+    print("*********************\n* Pure Python build *\n*********************")
+    setup(ext_modules=[])
+else:
+    from Cython.Build import cythonize
+
+    print("**********************\n* Accelerated build *\n**********************")
+    if os.name == "nt":
+        cflags = ["/std:c11", "/experimental:c11atomics", "/W3"]
+    else:
+        cflags = ["-std=c11", "-Wall", "-Wextra", "-Werror=implicit-function-declaration"]
+    macros = []
+    ldflags = []
+    directives = {}
+    if os.environ.get("PYLIMITER_DEBUG_BUILD"):
+        if os.name != "nt":
+            cflags += ["-O0", "-g3", "-UNDEBUG"]
+        macros.append(("PLIM_DEBUG", "1"))
+        directives.update(boundscheck=True, wraparound=True)
+    sanitize = os.environ.get("PYLIMITER_SANITIZE")
+    if sanitize:
+        if sanitize not in ("thread", "address"):
+            raise SystemExit(f"PYLIMITER_SANITIZE must be thread or address, not {sanitize!r}")
+        cflags += [f"-fsanitize={sanitize}", "-fno-omit-frame-pointer"]
+        ldflags += [f"-fsanitize={sanitize}"]
+    ext = Extension(
+        "pylimiter._limiter_c",
+        sources=[
+            "pylimiter/_limiter_c.pyx",
+            "csrc/plim_sem.c",
+            "csrc/plim_waitq.c",
+        ],
+        include_dirs=["csrc", "pylimiter"],
+        extra_compile_args=cflags,
+        extra_link_args=ldflags,
+        define_macros=macros,
+    )
+    setup(
+        ext_modules=cythonize(
+            [ext],
+            compiler_directives={"language_level": "3", **directives},
+        )
+    )
