@@ -126,7 +126,8 @@ int plim_closed(plim_sem_t *sem);
 /* plim_try_acquire takes n permits without blocking and without a lock.
  * Returns PLIM_OK, or PLIM_EMPTY (not enough available, or waiters are
  * queued: it never barges) or PLIM_CLOSED or PLIM_OVERFLOW, and leaves the
- * semaphore unchanged on failure.  n must be in [0, PLIM_MAX_PERMITS]. */
+ * semaphore unchanged on failure.  n must be in [0, PLIM_MAX_PERMITS];
+ * n == 0 succeeds whenever the semaphore is open, queue or not. */
 int plim_try_acquire(plim_sem_t *sem, int64_t n);
 
 /* plim_release returns n permits.  Lock-free when nobody queues; otherwise

@@ -180,6 +180,8 @@ int plim_try_acquire(plim_sem_t *sem, int64_t n)
     for (;;) {
         if (cur & W_CLOSED)
             return PLIM_CLOSED;
+        if (n == 0)
+            return PLIM_OK; /* takes nothing, so it cannot overtake anyone */
         if (sem->unbounded) {
             if (w_avail(cur) - n < -PLIM_MAX_ACQUIRED)
                 return PLIM_OVERFLOW;

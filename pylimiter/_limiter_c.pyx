@@ -385,6 +385,8 @@ cdef class AsyncSemaphore:
     cdef bint _ready
     cdef bint _bounded
     cdef int64_t _max_queue
+    cdef object _max_queue_cfg    # as configured (may be any int <= 0)
+    cdef object _max_cfg          # as configured, for unbounded semaphores
     cdef object _timeout
     cdef int64_t _acquired_total
     cdef int64_t _timeout_total
@@ -409,6 +411,8 @@ cdef class AsyncSemaphore:
         mp = max(max_permits, -1)
         self._bounded = mp > 0
         self._max_queue = mq
+        self._max_queue_cfg = int(max_queue_size)
+        self._max_cfg = int(max_permits)
         if plim_sem_init(&self._sem, mp, mq) != PLIM_OK:
             raise MemoryError("pylimiter: cannot initialise the semaphore")
         self._ready = True
@@ -422,7 +426,9 @@ cdef class AsyncSemaphore:
     @property
     def max_permits(self):
         """The configured limit (<= 0: unbounded)."""
-        return plim_max(&self._sem)
+        if self._bounded:
+            return plim_max(&self._sem)
+        return self._max_cfg
 
     @property
     def available_permits(self):
@@ -445,7 +451,7 @@ cdef class AsyncSemaphore:
     @property
     def max_queue_size(self):
         """The configured queue bound (<= 0: unbounded)."""
-        return self._max_queue
+        return self._max_queue_cfg
 
     @property
     def closed(self):
@@ -454,7 +460,7 @@ cdef class AsyncSemaphore:
 
     def __repr__(self):
         return (
-            f"<AsyncSemaphore max_permits={plim_max(&self._sem)} "
+            f"<AsyncSemaphore max_permits={self.max_permits} "
             f"acquired={plim_acquired(&self._sem)} "
             f"queued={plim_queue_len(&self._sem)}"
             f"{' closed' if plim_closed(&self._sem) else ''}>"
@@ -620,7 +626,7 @@ cdef class AsyncSemaphore:
             acquired_permits=self.acquired_permits,
             available_permits=self.available_permits,
             queue_size=self.queue_size,
-            max_queue_size=self._max_queue,
+            max_queue_size=self._max_queue_cfg,
             acquired_total=self._acquired_total,
             timeout_total=self._timeout_total,
             queue_full_total=self._queue_full_total,

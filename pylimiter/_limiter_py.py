@@ -389,7 +389,8 @@ class AsyncSemaphore:
             if need - self._avail > MAX_ACQUIRED:
                 raise OverflowError("pylimiter: too many permits outstanding")
             return True
-        return not self._queue and self._avail >= need
+        # A zero request takes nothing, so it cannot overtake anyone.
+        return need == 0 or (not self._queue and self._avail >= need)
 
     def _record_wait_locked(self, seconds: float) -> None:
         self._acquired_total += 1

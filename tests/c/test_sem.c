@@ -44,6 +44,7 @@ static void test_fifo_no_barging(void)
     CHECK_EQ(plim_enqueue(&s, &big, 8, 8), PLIM_QUEUED);
     /* One permit is free but a request for it must not overtake `big`. */
     CHECK_EQ(plim_try_acquire(&s, 1), PLIM_EMPTY);
+    CHECK_EQ(plim_try_acquire(&s, 0), PLIM_OK); /* zero never waits */
     CHECK_EQ(plim_enqueue(&s, &small, 1, 1), PLIM_QUEUED);
     CHECK_EQ(plim_queue_len(&s), 2);
     plim_release(&s, 6, &b); /* avail 7: big still does not fit */

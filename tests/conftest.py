@@ -1,0 +1,67 @@
+"""Every test that takes `impl` runs against the C extension and the
+pure-Python twin.  A missing C extension fails the C tests (the import in the
+fixture raises); only --no-c-extensions deselects them."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import gc
+
+import pytest
+
+from pylimiter._testing import C, PY, LimiterImplementation
+
+
+def pytest_addoption(parser):
+    parser.addoption(
+        "--c-extensions",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="run the tests of the C extension too (default: yes)",
+    )
+
+
+def pytest_collection_modifyitems(config, items):
+    if config.getoption("--c-extensions"):
+        return
+    keep, drop = [], []
+    for item in items:
+        (drop if item.get_closest_marker("c_extension") else keep).append(item)
+    if drop:
+        config.hook.pytest_deselected(items=drop)
+        items[:] = keep
+
+
+@pytest.fixture(
+    scope="session",
+    params=(pytest.param(C, marks=pytest.mark.c_extension), PY),
+    ids=str,
+)
+def impl(request) -> LimiterImplementation:
+    return request.param
+
+
+@pytest.fixture(scope="session")
+def mod(impl):
+    """The implementation module: AsyncSemaphore, AsyncDualMemoryLimiter..."""
+    return impl.module
+
+
+@pytest.fixture
+def make_sem(mod):
+    """Build semaphores and check the accounting invariant when the test ends."""
+    made = []
+
+    def make(*args, **kwargs):
+        sem = mod.AsyncSemaphore(*args, **kwargs)
+        made.append(sem)
+        return sem
+
+    yield make
+    for sem in made:
+        assert sem.acquired_permits >= 0
+        if sem.max_permits > 0:
+            assert sem.available_permits == sem.max_permits - sem.acquired_permits
+
+
