@@ -1,0 +1,114 @@
+"""Seeded random operation traces replayed on the C and the Python
+implementation: the same grants, in the same order, with the same errors."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+
+import pytest
+
+from pylimiter._testing import C, PY
+
+pytestmark = pytest.mark.c_extension
+
+
+async def _settle():
+    for _ in range(4):
+        await asyncio.sleep(0)
+
+
+async def _trace(mod, seed: int, steps: int = 150):
+    rnd = random.Random(seed)
+    sem = mod.AsyncSemaphore(10, max_queue_size=6, timeout=None)
+    log = []
+    tasks = {}     # id -> task
+    permits = {}   # id -> permit (granted)
+    flags = {}     # id -> is_cancelled answer
+    next_id = 0
+
+    def done_cb(i):
+        def cb(t):
+            if t.cancelled():
+                log.append(("cancelled", i))
+            elif t.exception() is not None:
+                log.append(("error", i, type(t.exception()).__name__))
+            else:
+                permits[i] = t.result()
+                log.append(("granted", i, t.result().permits))
+        return cb
+
+    for _ in range(steps):
+        op = rnd.choice(["acq", "acq", "acq", "rel", "upd", "cancel", "try",
+                         "flag", "max", "acq0"])
+        if op in ("acq", "acq0"):
+            n = 0 if op == "acq0" else rnd.randint(1, 8)
+            i = next_id
+            next_id += 1
+            check = None
+            if rnd.random() < 0.3:
+                flags[i] = False
+                check = (lambda i=i: flags[i])
+            try:
+                req = sem.acquire(n, is_cancelled=check)
+            except Exception as e:
+                log.append(("call-error", i, type(e).__name__))
+                continue
+            t = asyncio.ensure_future(req)
+            t.add_done_callback(done_cb(i))
+            tasks[i] = t
+        elif op == "rel" and permits:
+            i = rnd.choice(sorted(permits))
+            sem.release(permits.pop(i))
+            log.append(("released", i))
+        elif op == "upd" and permits:
+            i = rnd.choice(sorted(permits))
+            n = rnd.randint(0, 9)
+            p = permits[i]
+            j = next_id
+            next_id += 1
+            try:
+                req = sem.update(p, n)
+            except Exception as e:
+                log.append(("call-error", j, type(e).__name__))
+                continue
+            t = asyncio.ensure_future(req)
+            t.add_done_callback(done_cb(j))
+            tasks[j] = t
+        elif op == "cancel":
+            pending = sorted(i for i, t in tasks.items() if not t.done())
+            if pending:
+                tasks[rnd.choice(pending)].cancel()
+        elif op == "try":
+            try:
+                p = sem.try_acquire(rnd.randint(1, 5))
+            except ValueError:
+                log.append(("try-error",))
+                continue
+            log.append(("try", None if p is None else p.permits))
+            if p is not None:
+                permits[next_id] = p
+                next_id += 1
+        elif op == "flag" and flags:
+            flags[rnd.choice(sorted(flags))] = True
+        elif op == "max":
+            sem.set_max_permits(rnd.randint(4, 14))
+        await _settle()
+        log.append(("state", sem.available_permits, sem.acquired_permits,
+                    sem.queue_size))
+    sem.close()
+    await _settle()
+    for p in permits.values():
+        sem.release(p)
+    st = sem.stats()
+    log.append(("end", sem.acquired_permits, st.acquired_total, st.cancelled_total,
+                st.queue_full_total, st.timeout_total))
+    return log
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_same_trace_on_c_and_python(seed):
+    c = asyncio.run(_trace(C.module, seed))
+    py = asyncio.run(_trace(PY.module, seed))
+    assert c == py
+    assert c[-1][1] == 0  # nothing leaked

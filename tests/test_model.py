@@ -1,0 +1,113 @@
+"""Hypothesis stateful test: each implementation against a tiny FIFO model."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from hypothesis import settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+
+
+def make_machine(mod):
+    class SemaphoreModel(RuleBasedStateMachine):
+        def __init__(self):
+            super().__init__()
+            self.loop = asyncio.new_event_loop()
+            self.sem = mod.AsyncSemaphore(8, max_queue_size=0, timeout=None)
+            self.max = 8
+            self.avail = 8
+            self.queue = []      # model: [(id, need)]
+            self.held = {}       # model: id -> permits
+            self.tasks = {}      # id -> task
+            self.permits = {}    # id -> real permit
+            self.failed = set()
+            self.next = 0
+
+        def teardown(self):
+            self.sem.close()
+            self.step()
+            self.loop.close()
+
+        def step(self):
+            async def settle():
+                for _ in range(4):
+                    await asyncio.sleep(0)
+            self.loop.run_until_complete(settle())
+            for i, t in list(self.tasks.items()):
+                if t.done():
+                    del self.tasks[i]
+                    if not t.cancelled() and t.exception() is None:
+                        self.permits[i] = t.result()
+
+        def process(self):
+            while self.queue and self.avail >= self.queue[0][1]:
+                i, n = self.queue.pop(0)
+                self.avail -= n
+                self.held[i] = n
+
+        @rule(n=st.integers(0, 8))
+        def acquire(self, n):
+            if n > self.max:
+                with pytest.raises(ValueError):
+                    self.sem.acquire(n)
+                return
+            i = self.next
+            self.next += 1
+            self.tasks[i] = self.loop.create_task(self._acq(n))
+            if n == 0 or (not self.queue and self.avail >= n):
+                self.avail -= n
+                self.held[i] = n
+            else:
+                self.queue.append((i, n))
+            self.step()
+
+        async def _acq(self, n):
+            return await self.sem.acquire(n)
+
+        @precondition(lambda self: self.permits)
+        @rule(data=st.data())
+        def release(self, data):
+            i = data.draw(st.sampled_from(sorted(self.permits)))
+            self.sem.release(self.permits.pop(i))
+            self.avail += self.held.pop(i)
+            self.process()
+            self.step()
+
+        @precondition(lambda self: self.queue)
+        @rule(data=st.data())
+        def cancel(self, data):
+            idx = data.draw(st.integers(0, len(self.queue) - 1))
+            i, _ = self.queue.pop(idx)
+            self.tasks[i].cancel()
+            if idx == 0:
+                self.process()
+            self.step()
+
+        @rule(m=st.integers(1, 12))
+        def set_max(self, m):
+            self.sem.set_max_permits(m)
+            self.avail += m - self.max
+            self.max = m
+            self.queue = [(i, n) for i, n in self.queue if n <= m]
+            self.process()
+            self.step()
+
+        @invariant()
+        def matches_model(self):
+            assert self.sem.available_permits == self.avail
+            assert self.sem.queue_size == len(self.queue)
+            assert self.sem.acquired_permits == sum(self.held.values())
+            assert set(self.permits) == set(self.held)
+            for i, n in self.held.items():
+                assert self.permits[i].permits == n
+
+    return SemaphoreModel
+
+
+def test_semaphore_matches_model(mod):
+    machine = make_machine(mod)
+    machine.TestCase.settings = settings(max_examples=60, stateful_step_count=40,
+                                         deadline=None)
+    machine.TestCase().runTest()
