@@ -696,7 +696,7 @@ cdef class AsyncSemaphore:
             if w.blocking:
                 PyThread_release_lock(w.lock)
             elif w.thread_id == me:
-                self._set_result(w)
+                self._deliver(w)
             else:
                 try:
                     w.loop.call_soon_threadsafe(self._set_result, w)
@@ -704,11 +704,14 @@ cdef class AsyncSemaphore:
                     self._revert(w)
 
     def _set_result(self, _Waiter w):
+        self._deliver(w)
+
+    cdef _deliver(self, _Waiter w):
         fut = w.fut
         if not fut.done():
             try:
                 fut.set_result(None)
-            except RuntimeError:
+            except RuntimeError:   # its loop is closed: nobody will take it
                 self._revert(w)
 
     cdef _give_back(self, _Waiter w):
