@@ -54,10 +54,29 @@ static PySendResult plim_am_send(PyObject *self, PyObject *arg, PyObject **presu
 }
 #endif
 
+/* tp_iternext, used by SEND from 3.12 on (and by next()).  A raise of
+ * StopIteration from Cython code would also record a traceback entry on every
+ * finished await; setting it here costs only the exception object. */
+static PyObject *plim_iternext(PyObject *self)
+{
+    int done = 0;
+    PyObject *v = plim_advance_impl(self, &done);
+    if (v == NULL || !done)
+        return v;
+    PyObject *exc = PyObject_CallOneArg(PyExc_StopIteration, v);
+    Py_DECREF(v);
+    if (exc == NULL)
+        return NULL;
+    PyErr_SetObject(PyExc_StopIteration, exc);
+    Py_DECREF(exc);
+    return NULL;
+}
+
 static int plim_install_am_send(PyObject *type, plim_advance_fn fn)
 {
     PyTypeObject *tp = (PyTypeObject *)type;
     plim_advance_impl = fn;
+    tp->tp_iternext = plim_iternext;
 #if PY_VERSION_HEX >= 0x030A0000
     if (tp->tp_as_async == NULL) {
         PyErr_SetString(PyExc_RuntimeError, "pylimiter: awaitable type has no tp_as_async");
@@ -69,7 +88,7 @@ static int plim_install_am_send(PyObject *type, plim_advance_fn fn)
 #  endif
     PyType_Modified(tp);
 #else
-    (void)tp;
+    PyType_Modified(tp);
 #endif
     return 0;
 }
