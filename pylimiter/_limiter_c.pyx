@@ -295,12 +295,15 @@ cdef class _Request:
         """Coroutine protocol: the awaiting coroutine is closed."""
         self._stop_waiting()
 
-    cdef _stop_waiting(self):
-        if self._stage == 2 and self._waiter is not None and self._timer is not None:
+    cdef _cancel_timer(self):
+        if self._timer is not None:
             self._timer.cancel()
             self._timer = None
+
+    cdef _stop_waiting(self):
         if self._stage == 2 and self._waiter is not None:
             self._stage = 3
+            self._cancel_timer()
             self._sem._abandon(self._waiter, False)
         elif self._stage < 3:
             self._stage = 3
@@ -344,9 +347,7 @@ cdef class _Request:
                 w.fut._asyncio_future_blocking = True
                 return w.fut
             self._stage = 3
-            if self._timer is not None:
-                self._timer.cancel()
-                self._timer = None
+            self._cancel_timer()
             p = sem._finish(w)
             self._result = p
             done[0] = 1

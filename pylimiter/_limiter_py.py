@@ -583,15 +583,12 @@ class AsyncSemaphore:
         raise PermitAcquireTimeoutError("pylimiter: timed out waiting for permits")
 
     async def _run_async(self, permit, n, timeout, is_cancelled):
-        loop_holder = []
-
         def make_waiter(p, check):
             w = _Waiter(p, check)
             loop = asyncio.get_running_loop()
             w.loop = loop
             w.fut = loop.create_future()
             w.thread_id = _get_ident()
-            loop_holder.append(loop)
             return w
 
         r = self._begin(permit, n, timeout, is_cancelled, make_waiter)
@@ -600,7 +597,7 @@ class AsyncSemaphore:
         w = r
         timer = None
         if timeout is not None:
-            timer = loop_holder[0].call_later(timeout, self._on_timeout, w)
+            timer = w.loop.call_later(timeout, self._on_timeout, w)
         try:
             await w.fut
         except BaseException:
