@@ -4,7 +4,8 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PURE_VENV ?= .venv-pure
 
-.PHONY: all venv build debug test test-c test-py test-pure test-pythons bench bench-micro clean
+.PHONY: all venv build debug test test-c test-py test-pure test-pythons bench bench-micro clean \
+	wheels check-wheels wheel-cp311 test-aarch64 model-check
 
 all: build
 
@@ -63,6 +64,34 @@ bench: build
 	$(PY) -m benchmarks.micro.report reports/micro.json
 
 bench-micro: bench
+
+# Four manylinux_2_17 x86_64 wheels (3.10-3.13) and the sdist in wheels/dist,
+# each installed into a fresh venv and tested there.
+wheels: venv
+	wheels/build_wheels.sh
+	$(PY) wheels/check_wheels.py wheels/dist
+
+# What CI does on every run: the cp311 wheel and the sdist, built and checked.
+wheel-cp311: venv
+	wheels/build_wheels.sh 3.11
+	$(PY) wheels/check_wheels.py wheels/dist --python 3.11
+
+# The C tier (LL/SC, LSE, outline atomics; several -cpu models), a cp311
+# manylinux_2_17_aarch64 wheel and the Python suite on it under qemu-aarch64,
+# then the memory-model check.
+test-aarch64: venv model-check
+	wheels/test_aarch64.sh
+
+# Relacy model of the acquire/release/wake handoff: random schedules plus an
+# exhaustive search up to 2 preemptions; weakened builds must fail.
+model-check: venv
+	@test -f /usr/include/relacy/relacy.hpp || { apt-get update -qq && \
+	    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq relacy-dev g++ >/dev/null; }
+	mkdir -p build/model
+	g++ -std=c++11 -O1 -w tests/model/plim_relacy.cpp -o build/model/plim_relacy
+	build/model/plim_relacy 1000000
+	build/model/plim_relacy 2 bound
+	$(PY) -m pytest -q -p no:cacheprovider tests/test_model_check.py
 
 clean:
 	rm -rf build dist *.egg-info pylimiter/*.so pylimiter/_limiter_c.c reports .pytest_cache

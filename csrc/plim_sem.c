@@ -52,6 +52,21 @@
  * consistent for lock-free readers, and the orders used say why at each
  * site.  Rare state changes (close, set_max) use seq_cst.
  *
+ * Why these orders hold on ARM too.  x86 makes every RMW a full barrier, so
+ * a too-weak order here would pass every x86 test; AArch64 does not (relaxed
+ * CAS is a plain LDXR/STXR loop or CAS, acquire adds LDAXR/CASA, release
+ * STLXR/CASL).  The handoffs that carry data between holders are exactly:
+ *   release CAS/fetch_add (release)  ->  try_acquire / enqueue CAS (acquire)
+ *   release under mu (release)       ->  process_locked fetch_sub (acquire),
+ *                                        then mu and the caller's wake to
+ *                                        the grantee
+ * and every other atomic either runs under mu (ordered by the mutex) or
+ * only steers a later RMW (relaxed is enough: RMWs on one word always read
+ * the latest value, so a flag set relaxed is still seen by the next CAS).
+ * tests/model/plim_relacy.cpp checks this in Relacy's C++11 memory model:
+ * weakening any one of the three data-carrying orders produces a data race
+ * there, and the faithful model passes (tests/test_model_check.py).
+ *
  * Locking rules.
  *   - mu guards head/tail, every waiter's fields while it is queued,
  *     max_queue, and the QUEUED bit transitions.

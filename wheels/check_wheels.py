@@ -1,0 +1,161 @@
+"""Check built wheels and the sdist the way a user meets them.
+
+For every wheel in the dist folder that this machine can run: a fresh venv
+with the matching CPython, `pip install <wheel>` (never the source tree),
+then check that the C extension is what loads and run the test suite from a
+scratch folder holding only a copy of tests/ (so `import pylimiter` cannot
+resolve to the checkout).  The sdist must hold csrc/ and the .pyx but no
+Cython-generated C; it is then built into a wheel by pip and checked the same
+way.
+
+    python wheels/check_wheels.py [DIST] [--python 3.11 ...] [--no-sdist]
+
+Exits non-zero on the first failure, naming the artefact.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import re
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+PYENV = Path(os.environ.get("PYENV_VERSIONS", "/root/.pyenv/versions"))
+TEST_DEPS = ["pytest>=8", "hypothesis>=6.100"]
+WHEEL_RE = re.compile(r"^pylimiter-[^-]+-cp(\d)(\d+)-cp\d+-(?P<plat>.+)\.whl$")
+
+
+class CheckFailed(Exception):
+    pass
+
+
+def run(cmd, **kw):
+    proc = subprocess.run([str(c) for c in cmd], capture_output=True, text=True, **kw)
+    if proc.returncode != 0:
+        raise CheckFailed(
+            f"command failed ({proc.returncode}): {' '.join(map(str, cmd))}\n"
+            f"{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}"
+        )
+    return proc.stdout
+
+
+def find_python(version: str) -> Path | None:
+    if sys.version_info[:2] == tuple(map(int, version.split("."))):
+        return Path(sys.executable)
+    found = sorted(PYENV.glob(f"{version}.*/bin/python{version}"))
+    return found[-1] if found else None
+
+
+def check_installed(python_version: str, artefact: Path, scratch: Path) -> str:
+    py = find_python(python_version)
+    if py is None:
+        raise CheckFailed(f"{artefact.name}: no Python {python_version} here")
+    venv = scratch / "venv"
+    run([py, "-m", "venv", venv])
+    vpy = venv / "bin" / "python"
+    run([vpy, "-m", "pip", "install", "-q", artefact, *TEST_DEPS])
+    # The suite and its config, and nothing else of the checkout.
+    suite = scratch / "suite"
+    shutil.copytree(ROOT / "tests", suite / "tests",
+                    ignore=shutil.ignore_patterns("__pycache__", "c", "build"))
+    shutil.copy(ROOT / "pyproject.toml", suite / "pyproject.toml")
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("PYTHONPATH", "PYLIMITER_NO_EXTENSIONS")}
+    probe = (
+        "import pathlib, sys, pylimiter\n"
+        "assert pylimiter.IMPLEMENTATION == 'c', pylimiter.IMPLEMENTATION\n"
+        "p = pathlib.Path(pylimiter.__file__).resolve()\n"
+        f"assert str(p).startswith({str(venv.resolve())!r}), p\n"
+        "print(pylimiter.__version__ if hasattr(pylimiter, '__version__') else '', p)\n"
+    )
+    where = run([vpy, "-c", probe], cwd=suite, env=env).strip()
+    out = run([vpy, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests"],
+              cwd=suite, env=env, timeout=1800)
+    summary = out.strip().splitlines()[-1]
+    if " passed" not in summary or "failed" in summary or "error" in summary:
+        raise CheckFailed(f"{artefact.name}: {summary}")
+    return f"{where} | {summary}"
+
+
+def check_sdist(sdist: Path, scratch: Path, python_version: str) -> str:
+    with tarfile.open(sdist) as tar:
+        names = [n.split("/", 1)[1] for n in tar.getnames() if "/" in n]
+    must = ["csrc/plim.h", "csrc/plim_sem.c", "csrc/plim_waitq.c",
+            "pylimiter/_limiter_c.pyx", "setup.py", "pyproject.toml"]
+    missing = [m for m in must if m not in names]
+    if missing:
+        raise CheckFailed(f"{sdist.name} lacks {missing}")
+    generated = [n for n in names if n.startswith("pylimiter/") and n.endswith(".c")]
+    if generated:
+        raise CheckFailed(f"{sdist.name} ships Cython output {generated}")
+    py = find_python(python_version)
+    if py is None:
+        raise CheckFailed(f"no Python {python_version} to build {sdist.name}")
+    out = scratch / "from-sdist"
+    run([py, "-m", "pip", "wheel", "-q", "--no-deps", "--no-cache-dir", "-w", out, sdist])
+    (whl,) = out.glob("*.whl")
+    return f"built {whl.name}; " + check_installed(python_version, whl, scratch)
+
+
+def host_platform_ok(plat: str) -> bool:
+    return plat.endswith(platform.machine()) and plat.startswith(("manylinux", "linux"))
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("dist", nargs="?", type=Path, default=ROOT / "wheels" / "dist")
+    ap.add_argument("--python", action="append", default=None,
+                    help="only wheels for this version (repeatable), e.g. 3.11")
+    ap.add_argument("--no-sdist", action="store_true")
+    ap.add_argument("--sdist-python", default=f"{sys.version_info[0]}.{sys.version_info[1]}")
+    args = ap.parse_args(argv)
+
+    wheels = sorted(args.dist.glob("pylimiter-*.whl"))
+    sdists = sorted(args.dist.glob("pylimiter-*.tar.gz"))
+    if not wheels and not sdists:
+        print(f"error: nothing to check in {args.dist}", file=sys.stderr)
+        return 2
+    checked = 0
+    try:
+        for whl in wheels:
+            m = WHEEL_RE.match(whl.name)
+            if not m:
+                raise CheckFailed(f"unexpected wheel name {whl.name}")
+            version = f"{m[1]}.{m[2]}"
+            if args.python and version not in args.python:
+                continue
+            if not host_platform_ok(m["plat"]):
+                print(f"skip {whl.name}: not runnable on {platform.machine()} "
+                      "(the aarch64 wheel is checked by `make test-aarch64`)")
+                continue
+            if "manylinux_2_17" not in m["plat"] and "manylinux2014" not in m["plat"]:
+                raise CheckFailed(f"{whl.name} is not tagged manylinux_2_17")
+            with tempfile.TemporaryDirectory(prefix="plim-whl-") as tmp:
+                print(f"ok   {whl.name}: {check_installed(version, whl, Path(tmp))}",
+                      flush=True)
+            checked += 1
+        if not args.no_sdist:
+            for sdist in sdists:
+                with tempfile.TemporaryDirectory(prefix="plim-sdist-") as tmp:
+                    print(f"ok   {sdist.name}: "
+                          f"{check_sdist(sdist, Path(tmp), args.sdist_python)}", flush=True)
+                checked += 1
+    except CheckFailed as exc:
+        print(f"FAIL {exc}", file=sys.stderr)
+        return 1
+    if checked == 0:
+        print("error: no artefact matched", file=sys.stderr)
+        return 2
+    print(f"{checked} artefact(s) passed")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
