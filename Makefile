@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PURE_VENV ?= .venv-pure
 
-.PHONY: all venv build debug test test-c test-py test-pure test-pythons bench bench-micro clean \
+.PHONY: all venv build debug test test-c test-py test-pure test-pythons bench bench-micro asv java clean \
 	wheels check-wheels wheel-cp311 test-aarch64 model-check
 
 all: build
@@ -13,7 +13,8 @@ $(VENV)/.deps: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q "setuptools>=64" "Cython>=3.0.10" wheel build \
-	    "pytest>=8" "hypothesis>=6.100" "pytest-benchmark>=4" "anyio>=4" "uvloop>=0.19" "rich>=13"
+	    "pytest>=8" "hypothesis>=6.100" "pytest-benchmark>=4" "anyio>=4" "uvloop>=0.19" "rich>=13" \
+	    "pyspark>=3.5" "pandas>=1.5,<3" "pyarrow>=12" "matplotlib>=3.7" "asv>=0.6" virtualenv
 	touch $@
 
 venv: $(VENV)/.deps
@@ -56,14 +57,34 @@ test-pythons:
 	  .venv-$$v/bin/python -m pytest -q -x -p no:cacheprovider || exit 1; \
 	done
 
-# The main job: build, then the micro benchmarks side by side, then the table.
-bench: build
+# PySpark needs a JVM; say so plainly instead of letting py4j time out.
+java:
+	@command -v java >/dev/null 2>&1 || { echo "error: Java (17+) is required for PySpark:" \
+	    "apt-get install openjdk-17-jre-headless" >&2; exit 1; }
+	@java -version 2>&1 | head -1
+
+# The main job: the benchmark grid on Spark (local[*]), a summary table with
+# the ratios to the stdlib anchors, and reports/bench/index.html with plots.
+BENCH_ARGS ?=
+bench: build java
+	$(PY) -m pylimiter.bench --out reports/bench $(BENCH_ARGS)
+
+# Quick before/after comparisons for a PR: pytest-benchmark, one process.
+bench-micro: build
 	$(PY) -m pytest benchmarks/micro --benchmark-only -q -p no:cacheprovider \
 	    --benchmark-json=reports/micro.json --benchmark-columns=median,iqr,rounds \
 	    --benchmark-sort=name
 	$(PY) -m benchmarks.micro.report reports/micro.json
 
-bench-micro: bench
+# asv: the suites for HEAD in this venv, then the HTML site
+# (benchmarks/.asv/html).  `asv continuous` is in benchmarks/README.md.
+asv: build
+	$(PY) -m pip install -q --no-build-isolation --no-deps -e . >/dev/null
+	cd benchmarks && ../$(PY) -m asv machine --yes --machine local >/dev/null
+	cd benchmarks && ../$(PY) -m asv run --machine local --show-stderr \
+	    --environment existing:$(CURDIR)/$(PY) --set-commit-hash $$(git rev-parse HEAD)
+	cd benchmarks && ../$(PY) -m asv publish
+	@echo "asv site: $(CURDIR)/benchmarks/.asv/html/index.html (serve: cd benchmarks && asv preview)"
 
 # Four manylinux_2_17 x86_64 wheels (3.10-3.13) and the sdist in wheels/dist,
 # each installed into a fresh venv and tested there.

@@ -64,7 +64,7 @@ def check_installed(python_version: str, artefact: Path, scratch: Path) -> str:
     # The suite and its config, and nothing else of the checkout.
     suite = scratch / "suite"
     shutil.copytree(ROOT / "tests", suite / "tests",
-                    ignore=shutil.ignore_patterns("__pycache__", "c", "build"))
+                    ignore=shutil.ignore_patterns("__pycache__", "c", "model", "build"))
     shutil.copy(ROOT / "pyproject.toml", suite / "pyproject.toml")
     env = {k: v for k, v in os.environ.items()
            if k not in ("PYTHONPATH", "PYLIMITER_NO_EXTENSIONS")}

@@ -142,7 +142,7 @@ rm -rf "$SITE" "$SUITE"
     "$WHL" "pytest>=8" "hypothesis>=6.100" >"$WORK/pip.log" 2>&1 \
     || { tail -20 "$WORK/pip.log"; exit 1; }
 mkdir -p "$SUITE"
-cp -r tests "$SUITE/" && rm -rf "$SUITE/tests/c" && cp pyproject.toml "$SUITE/"
+cp -r tests "$SUITE/" && rm -rf "$SUITE/tests/c" "$SUITE/tests/model" && cp pyproject.toml "$SUITE/"
 find "$SUITE" -name __pycache__ -prune -exec rm -rf {} +
 cd "$SUITE"
 PYTHONPATH=$SITE "$GUESTPY" -c "

@@ -1,0 +1,511 @@
+"""`python -m pylimiter.bench`: spread pylimiter's benchmark trials over
+Spark executors and aggregate them with Spark SQL.
+
+The grid (scenario x implementation x concurrency x permits x repeat) becomes
+a DataFrame with one partition per trial, so each trial is one Spark task run
+in an executor's Python worker.  Trials are ordered repeat-major and shuffled
+within a repeat, so the repeats of one configuration land on different
+executors and at different times: machine noise shows as spread (IQR), not
+as a bias of one configuration.  Each trial measures the implementation and
+its stdlib anchor in the same process, alternating, and reports the ratio.
+
+Per-core scaling runs separately: for k = 1..cores, k tasks at once, each
+hammering a limiter of its own; per-executor throughput should stay flat.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import socket
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from pathlib import Path
+from typing import Optional
+from urllib.parse import urlparse
+
+from .scenarios import IMPLEMENTATIONS, SCENARIOS
+
+PROG = "python -m pylimiter.bench"
+
+# Concurrency values per scenario in the default grid (scenarios whose
+# concurrency axis means nothing run at 1).
+DEFAULT_CONCURRENCY = {
+    "tasks": [10, 100, 1000],
+    "threads": [2, 8],
+    "weighted": [100],
+    "timeouts": [1000],
+    "cancel": [1000],
+    "dual": [100],
+}
+DEFAULT_PERMITS = [10]
+RESULT_FIELDS = [
+    ("trial", "long"), ("repeat", "int"), ("scenario", "string"), ("impl", "string"),
+    ("concurrency", "int"), ("permits", "int"), ("ops", "long"),
+    ("ns_per_op", "double"), ("ops_per_s", "double"), ("anchor", "string"),
+    ("anchor_ns_per_op", "double"), ("speedup", "double"),
+    ("wait_p50_us", "double"), ("wait_p99_us", "double"), ("wait_max_us", "double"),
+    ("errors", "long"), ("leaked_permits", "long"), ("host", "string"),
+    ("pid", "int"), ("worker", "string"), ("seconds", "double"), ("failure", "string"),
+]
+
+
+class UsageError(Exception):
+    """Bad input: one line to stderr, exit status 2."""
+
+
+# ---- arguments -------------------------------------------------------------------
+
+
+def _int_list(text: str) -> list[int]:
+    try:
+        vals = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}")
+    if not vals or any(v <= 0 for v in vals):
+        raise argparse.ArgumentTypeError(f"expected positive integers, got {text!r}")
+    return vals
+
+
+def _name_list(choices):
+    def parse(text: str) -> list[str]:
+        vals = [x.strip() for x in text.split(",") if x.strip()]
+        bad = [v for v in vals if v not in choices]
+        if bad or not vals:
+            raise argparse.ArgumentTypeError(
+                f"unknown {bad[0] if bad else '(empty)'!r}; choose from {', '.join(choices)}")
+        return vals
+    return parse
+
+
+def _positive_int(text: str) -> int:
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}")
+    if v <= 0:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {v}")
+    return v
+
+
+def _positive_float(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}")
+    if not v > 0:
+        raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
+    return v
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(
+        prog=PROG, description="Run pylimiter's benchmark grid on Spark (local[*] by default).")
+    ap.add_argument("--master", default="local[*]",
+                    help="Spark master URL: local[N], spark://host:port, yarn, k8s://... "
+                         "(default: local[*])")
+    ap.add_argument("--scenarios", type=_name_list(list(SCENARIOS)),
+                    default=[s for s in SCENARIOS if s != "scaling"],
+                    help="comma-separated (default: all but scaling; see --scaling)")
+    ap.add_argument("--impls", type=_name_list(list(IMPLEMENTATIONS)), default=["c", "python"])
+    ap.add_argument("--concurrency", type=_int_list, default=None,
+                    help="override every concurrency axis, e.g. 10,100")
+    ap.add_argument("--permits", type=_int_list, default=DEFAULT_PERMITS)
+    ap.add_argument("--repeats", type=_positive_int, default=5)
+    ap.add_argument("--budget", type=_positive_float, default=0.3,
+                    help="seconds per side (implementation, anchor) per trial")
+    ap.add_argument("--scaling", type=int, default=-1, metavar="K",
+                    help="per-core scaling up to K concurrent executors "
+                         "(default: the cluster's parallelism; 0: skip)")
+    ap.add_argument("--out", type=Path, default=Path("reports/bench"))
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--no-progress", action="store_true")
+    ap.add_argument("--no-report", action="store_true", help="skip plots and HTML")
+    return ap
+
+
+def expand_grid(args) -> list[dict]:
+    """The trials, repeat-major, shuffled within each repeat (seeded)."""
+    rng = random.Random(args.seed)
+    configs = []
+    for scen in args.scenarios:
+        if scen == "scaling":
+            continue  # run by run_scaling, not as a grid trial
+        spec = SCENARIOS[scen]
+        conc = (args.concurrency or DEFAULT_CONCURRENCY.get(scen, [1])) \
+            if spec.uses_concurrency else [1]
+        perms = args.permits if spec.uses_permits else [1]
+        for impl in args.impls:
+            for n in conc:
+                for k in perms:
+                    configs.append((scen, impl, n, k))
+    trials = []
+    for r in range(args.repeats):
+        batch = list(configs)
+        rng.shuffle(batch)
+        for scen, impl, n, k in batch:
+            trials.append(dict(trial=len(trials), repeat=r, scenario=scen, impl=impl,
+                               concurrency=n, permits=k, budget=args.budget))
+    return trials
+
+
+def check_master(master: str, timeout: float = 3.0) -> None:
+    """Fail fast, in one line, on a master nobody answers; Spark itself would
+    retry for a minute and then print a Java stack trace."""
+    if master.startswith("local"):
+        return
+    if master in ("yarn",):
+        return  # resolved by HADOOP_CONF_DIR; Spark's own error is clear enough
+    if master.startswith("spark://"):
+        hostports = master[len("spark://"):].split(",")
+    elif master.startswith("k8s://"):
+        u = urlparse(master[len("k8s://"):])
+        if not u.hostname:
+            raise UsageError(f"cannot parse Kubernetes master URL {master!r}")
+        hostports = [f"{u.hostname}:{u.port or (443 if u.scheme == 'https' else 80)}"]
+    else:
+        raise UsageError(f"unsupported master URL {master!r} "
+                         "(use local[N], spark://host:port, yarn or k8s://...)")
+    errors = []
+    for hp in hostports:
+        host, _, port = hp.rpartition(":")
+        try:
+            with socket.create_connection((host, int(port)), timeout=timeout):
+                return
+        except (OSError, ValueError) as exc:
+            errors.append(f"{hp}: {exc.strerror if isinstance(exc, OSError) and exc.strerror else exc}")
+    raise UsageError(f"Spark master {master} does not answer ({'; '.join(errors)})")
+
+
+# ---- Spark -----------------------------------------------------------------------
+
+
+def _quiet_log4j(path: Path) -> Path:
+    path.write_text(
+        "rootLogger.level = error\n"
+        "rootLogger.appenderRef.stderr.ref = console\n"
+        "appender.console.type = Console\n"
+        "appender.console.name = console\n"
+        "appender.console.target = SYSTEM_ERR\n"
+        "appender.console.layout.type = PatternLayout\n"
+        "appender.console.layout.pattern = %d{HH:mm:ss} %p %c{1}: %m%n\n"
+    )
+    return path
+
+
+def start_spark(master: str, workdir: Path):
+    # Executors must run the interpreter that has pylimiter installed; on a
+    # cluster, ship a venv archive and point PYSPARK_PYTHON at it instead
+    # (benchmarks/README.md), so an explicit setting wins.
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    from pyspark.sql import SparkSession
+
+    log4j = _quiet_log4j(workdir / "log4j2.properties")
+    b = (SparkSession.builder.master(master).appName("pylimiter-bench")
+         .config("spark.ui.enabled", "false")
+         .config("spark.ui.showConsoleProgress", "false")
+         .config("spark.driver.extraJavaOptions", f"-Dlog4j2.configurationFile=file:{log4j}")
+         .config("spark.sql.shuffle.partitions", "4")
+         .config("spark.python.worker.reuse", "true"))
+    if master.startswith("local"):
+        # Nothing outside this machine needs to reach the driver.
+        b = (b.config("spark.driver.host", "127.0.0.1")
+             .config("spark.driver.bindAddress", "127.0.0.1"))
+    spark = b.getOrCreate()
+    spark.sparkContext.setLogLevel("ERROR")
+    return spark
+
+
+def _run_trials_partition(rows):
+    """Executor side: run the trials of this partition, one row each."""
+    import os as _os
+    import socket as _socket
+    import time as _time
+    import traceback
+
+    from pylimiter.bench.scenarios import run_trial
+
+    for row in rows:
+        t0 = _time.perf_counter()
+        base = {"trial": row.trial, "repeat": row.repeat, "scenario": row.scenario,
+                "impl": row.impl, "concurrency": row.concurrency, "permits": row.permits}
+        try:
+            res = run_trial(row.scenario, row.impl, row.concurrency, row.permits,
+                            budget_s=row.budget)
+            res.update(base)
+            res["failure"] = None
+        except Exception as exc:  # a failed trial is a row, not a failed job
+            res = dict(base, errors=1, leaked_permits=0, failure="".join(
+                traceback.format_exception_only(type(exc), exc)).strip(),
+                host=_socket.gethostname(), pid=_os.getpid())
+        res["worker"] = f"{res['host']}:{res['pid']}"
+        res["seconds"] = _time.perf_counter() - t0
+        yield tuple(res.get(name) for name, _ in RESULT_FIELDS)
+
+
+def _scaling_partition(args):
+    impl, k, repeat, budget = args
+
+    def run(_it):
+        import os as _os
+        import time as _time
+
+        from pylimiter.bench.scenarios import run_trial
+
+        t0 = _time.perf_counter()
+        res = run_trial("scaling", impl, k, 1, budget_s=budget)
+        res.update(trial=-1, repeat=repeat, failure=None,
+                   worker=f"{res['host']}:{_os.getpid()}",
+                   seconds=_time.perf_counter() - t0)
+        yield tuple(res.get(name) for name, _ in RESULT_FIELDS)
+    return run
+
+
+def result_schema():
+    from pyspark.sql import types as T
+
+    kinds = {"long": T.LongType(), "int": T.IntegerType(), "string": T.StringType(),
+             "double": T.DoubleType()}
+    return T.StructType([T.StructField(n, kinds[k], True) for n, k in RESULT_FIELDS])
+
+
+class _Progress:
+    """A progress bar over the finished tasks of one Spark job group, polled
+    from the status tracker (tasks finish on executors; the driver only sees
+    counts)."""
+
+    def __init__(self, sc, group: str, total: int, label: str, enabled: bool):
+        self.sc, self.group, self.total, self.label = sc, group, total, label
+        self.enabled = enabled and total > 0
+        self._stop = threading.Event()
+        self._thread: Optional[threading.Thread] = None
+
+    def _done(self) -> int:
+        tr = self.sc.statusTracker()
+        done = 0
+        for jid in tr.getJobIdsForGroup(self.group):
+            info = tr.getJobInfo(jid)
+            for sid in (info.stageIds if info else []):
+                st = tr.getStageInfo(sid)
+                if st:
+                    done += st.numCompletedTasks
+        return min(done, self.total)
+
+    def _poll(self):
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
+
+        with Progress("[progress.description]{task.description}", BarColumn(),
+                      MofNCompleteColumn(), TimeElapsedColumn(), transient=False) as bar:
+            task = bar.add_task(self.label, total=self.total)
+            while not self._stop.wait(0.5):
+                bar.update(task, completed=self._done())
+            bar.update(task, completed=self._done())
+
+    def __enter__(self):
+        self.sc.setJobGroup(self.group, self.label)
+        if self.enabled:
+            self._thread = threading.Thread(target=self._poll, daemon=True)
+            self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        if self._thread:
+            self._thread.join()
+
+
+def run_grid(spark, trials: list[dict], progress: bool):
+    from pyspark.sql import types as T
+
+    sc = spark.sparkContext
+    trial_schema = T.StructType([
+        T.StructField("trial", T.LongType()), T.StructField("repeat", T.IntegerType()),
+        T.StructField("scenario", T.StringType()), T.StructField("impl", T.StringType()),
+        T.StructField("concurrency", T.IntegerType()), T.StructField("permits", T.IntegerType()),
+        T.StructField("budget", T.DoubleType()),
+    ])
+    rows = [tuple(t[f.name] for f in trial_schema.fields) for t in trials]
+    # One partition per trial: parallelize slices a list evenly, so slice i
+    # holds exactly trial i, and the DataFrame keeps that partitioning.
+    trials_df = spark.createDataFrame(sc.parallelize(rows, len(rows)), trial_schema)
+    results = spark.createDataFrame(trials_df.rdd.mapPartitions(_run_trials_partition),
+                                    result_schema()).cache()
+    with _Progress(sc, f"grid-{uuid.uuid4().hex}", len(rows), "trials", progress):
+        results.count()
+    return trials_df, results
+
+
+def run_scaling(spark, impls, kmax: int, repeats: int, budget: float, progress: bool):
+    """k = 1..kmax tasks at once (one stage each, k slots), each on its own
+    limiter."""
+    sc = spark.sparkContext
+    parts = []
+    total = sum(k for k in range(1, kmax + 1)) * len(impls) * repeats
+    with _Progress(sc, f"scaling-{uuid.uuid4().hex}", total, "scaling", progress):
+        for r in range(repeats):
+            for impl in impls:
+                for k in range(1, kmax + 1):
+                    rdd = sc.parallelize(range(k), k).mapPartitions(
+                        _scaling_partition((impl, k, r, budget)))
+                    parts.extend(rdd.collect())
+    return spark.createDataFrame(parts, result_schema()) if parts else None
+
+
+SUMMARY_SQL = """
+SELECT scenario, impl, concurrency, permits,
+       count(*)                                  AS trials,
+       count(DISTINCT worker)                    AS workers,
+       percentile(ns_per_op, 0.5)                AS median_ns,
+       percentile(ns_per_op, 0.75) - percentile(ns_per_op, 0.25) AS iqr_ns,
+       percentile(ops_per_s, 0.5)                AS median_ops_per_s,
+       first(anchor, true)                       AS anchor,
+       percentile(anchor_ns_per_op, 0.5)         AS anchor_median_ns,
+       percentile(speedup, 0.5)                  AS median_speedup,
+       percentile(speedup, 0.75) - percentile(speedup, 0.25) AS iqr_speedup,
+       percentile(wait_p50_us, 0.5)              AS wait_p50_us,
+       percentile(wait_p99_us, 0.5)              AS wait_p99_us,
+       max(wait_max_us)                          AS wait_max_us,
+       sum(errors)                               AS errors,
+       sum(leaked_permits)                       AS leaked_permits,
+       sum(CASE WHEN failure IS NULL THEN 0 ELSE 1 END) AS failed_trials
+FROM trials
+GROUP BY scenario, impl, concurrency, permits
+ORDER BY scenario, impl, concurrency, permits
+"""
+
+SCALING_SQL = """
+SELECT impl, concurrency AS executors,
+       count(*)                            AS trials,
+       percentile(ops_per_s, 0.5)          AS median_ops_per_s_per_executor,
+       percentile(ops_per_s, 0.5) * concurrency AS aggregate_ops_per_s,
+       sum(leaked_permits)                 AS leaked_permits
+FROM scaling
+GROUP BY impl, concurrency
+ORDER BY impl, concurrency
+"""
+
+
+def _write(df, out: Path, name: str) -> None:
+    # coalesce(1): these are small tables; one part file each is easier to use.
+    df.coalesce(1).write.mode("overwrite").parquet(str(out / f"{name}.parquet"))
+    df.coalesce(1).write.mode("overwrite").option("header", True).csv(str(out / f"{name}.csv"))
+
+
+def print_summary(summary_pdf, scaling_pdf, console=None) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    # Wide enough for all columns when stdout is a pipe (make, CI logs).
+    console = console or Console(width=None if sys.stdout.isatty() else 170)
+    t = Table(title="pylimiter benchmark grid (medians over trials; speed-up = anchor ns / impl ns, same trial)")
+    for col in ["scenario", "impl", "N", "K", "trials", "ns/op", "IQR", "anchor", "anchor ns/op",
+                "speed-up", "wait p50 µs", "wait p99 µs", "errors", "leaked"]:
+        t.add_column(col, justify="left" if col in ("scenario", "impl", "anchor") else "right")
+
+    def f(v, fmt="{:.0f}"):
+        return "" if v is None or v != v else fmt.format(v)
+
+    for r in (summary_pdf.itertuples() if summary_pdf is not None else []):
+        t.add_row(r.scenario, r.impl, str(r.concurrency), str(r.permits), str(r.trials),
+                  f(r.median_ns), f(r.iqr_ns), r.anchor or "", f(r.anchor_median_ns),
+                  f(r.median_speedup, "{:.2f}x"), f(r.wait_p50_us, "{:.1f}"),
+                  f(r.wait_p99_us, "{:.1f}"), str(int(r.errors)), str(int(r.leaked_permits)))
+    if summary_pdf is not None:
+        console.print(t)
+    if scaling_pdf is not None and len(scaling_pdf):
+        s = Table(title="per-core scaling (uncontended, one limiter per executor)")
+        for col in ["impl", "executors", "trials", "ops/s per executor", "aggregate ops/s"]:
+            s.add_column(col, justify="right")
+        for r in scaling_pdf.itertuples():
+            s.add_row(r.impl, str(r.executors), str(r.trials),
+                      f(r.median_ops_per_s_per_executor), f(r.aggregate_ops_per_s))
+        console.print(s)
+
+
+def main(argv=None) -> int:
+    ap = build_parser()
+    args = ap.parse_args(argv)   # usage errors: argparse's one line, exit 2
+    try:
+        check_master(args.master)
+        trials = expand_grid(args)
+        if not trials and args.scaling == 0:
+            raise UsageError("the grid is empty: nothing to run")
+        import pyspark  # noqa: F401  (a clear error if the extra is missing)
+    except UsageError as exc:
+        print(f"{PROG}: error: {exc}", file=sys.stderr)
+        return 2
+    except ImportError as exc:
+        print(f"{PROG}: error: {exc.name} is missing; pip install 'pylimiter[spark]'",
+              file=sys.stderr)
+        return 2
+
+    out = args.out
+    out.mkdir(parents=True, exist_ok=True)
+    progress = not args.no_progress
+    spark = None
+    try:
+        with tempfile.TemporaryDirectory(prefix="plim-spark-") as tmp:
+            t0 = time.time()
+            spark = start_spark(args.master, Path(tmp))
+            sc = spark.sparkContext
+            cores = sc.defaultParallelism
+            print(f"Spark {spark.version} master={sc.master} parallelism={cores} "
+                  f"trials={len(trials)} python={sys.executable}", flush=True)
+            scaling_df = None
+            if trials:
+                trials_df, results = run_grid(spark, trials, progress)
+                _write(trials_df, out, "trials")
+                _write(results, out, "results")
+                results.createOrReplaceTempView("trials")
+                summary = spark.sql(SUMMARY_SQL)
+                _write(summary, out, "summary")
+                summary_pdf = summary.toPandas()
+                results_pdf = results.toPandas()
+            else:
+                summary_pdf = results_pdf = None
+            kmax = cores if args.scaling < 0 else args.scaling
+            scaling_pdf = scaling_trials_pdf = None
+            if kmax > 0 and ("scaling" in args.scenarios or args.scaling != 0):
+                scaling_df = run_scaling(spark, args.impls, kmax, args.repeats,
+                                         args.budget, progress)
+                scaling_df.createOrReplaceTempView("scaling")
+                scaling_sum = spark.sql(SCALING_SQL)
+                _write(scaling_df, out, "scaling_trials")
+                _write(scaling_sum, out, "scaling")
+                scaling_pdf = scaling_sum.toPandas()
+                scaling_trials_pdf = scaling_df.toPandas()
+            elapsed = time.time() - t0
+    except Exception as exc:
+        msg = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        print(f"{PROG}: error: {type(exc).__name__}: {msg}", file=sys.stderr)
+        return 1
+    finally:
+        if spark is not None:
+            spark.stop()
+
+    print_summary(summary_pdf, scaling_pdf)
+    bad = []
+    if summary_pdf is not None:
+        if int(summary_pdf["leaked_permits"].sum()):
+            bad.append(f"{int(summary_pdf['leaked_permits'].sum())} permits leaked")
+        if int(summary_pdf["failed_trials"].sum()):
+            bad.append(f"{int(summary_pdf['failed_trials'].sum())} trials failed")
+    if not args.no_report:
+        from .report import write_report
+
+        index = write_report(out, summary_pdf, results_pdf, scaling_pdf, scaling_trials_pdf,
+                             meta={"master": args.master, "elapsed_s": elapsed,
+                                   "trials": len(trials), "argv": " ".join(sys.argv[1:])})
+        print(f"report: {index.resolve()}")
+    print(f"data: {out.resolve()} (trials, results, summary, scaling as Parquet and CSV); "
+          f"{elapsed:.0f} s")
+    if bad:
+        print(f"{PROG}: error: {'; '.join(bad)}", file=sys.stderr)
+        return 1
+    return 0
+
