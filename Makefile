@@ -105,7 +105,7 @@ test-aarch64: venv model-check
 
 # Relacy model of the acquire/release/wake handoff: random schedules plus an
 # exhaustive search up to 2 preemptions; weakened builds must fail.
-model-check: venv
+model-check: build
 	@test -f /usr/include/relacy/relacy.hpp || { apt-get update -qq && \
 	    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq relacy-dev g++ >/dev/null; }
 	mkdir -p build/model
