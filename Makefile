@@ -14,7 +14,9 @@ $(VENV)/.deps: pyproject.toml
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q "setuptools>=64" "Cython>=3.0.10" wheel build \
 	    "pytest>=8" "hypothesis>=6.100" "pytest-benchmark>=4" "anyio>=4" "uvloop>=0.19" "rich>=13" \
-	    "pyspark>=3.5" "pandas>=1.5,<3" "pyarrow>=12" "matplotlib>=3.7" "asv>=0.6" virtualenv
+	    "pyspark>=3.5" "pandas>=1.5,<3" "pyarrow>=12" "matplotlib>=3.7" "asv>=0.6" virtualenv \
+	    "grpcio-tools>=1.85" "protobuf>=7.35" "prometheus_client>=0.20" "aiohttp>=3.9" \
+	    "pulsar-client>=3.5" psutil
 	touch $@
 
 venv: $(VENV)/.deps

@@ -1,0 +1,98 @@
+"""Load generator: N connections listing one namespace for a while."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import time
+import urllib.request
+from dataclasses import asdict, dataclass, field
+from typing import Optional
+
+from . import protocol as P
+
+
+@dataclass
+class LoadResult:
+    connections: int
+    duration_s: float
+    requests: int = 0
+    responses: int = 0
+    topics_last: int = 0
+    too_many_requests: int = 0
+    other_errors: int = 0
+    latencies_ms: list = field(default_factory=list, repr=False)
+    server: dict = field(default_factory=dict)
+
+    @property
+    def rps(self) -> float:
+        return self.responses / self.duration_s if self.duration_s else 0.0
+
+    def percentile(self, q: float) -> Optional[float]:
+        if not self.latencies_ms:
+            return None
+        s = sorted(self.latencies_ms)
+        return s[min(len(s) - 1, int(q * (len(s) - 1) + 0.5))]
+
+    def summary(self) -> dict:
+        d = asdict(self)
+        d.pop("latencies_ms")
+        d.update(rps=round(self.rps, 1), p50_ms=self.percentile(0.5),
+                 p99_ms=self.percentile(0.99), max_ms=self.percentile(1.0))
+        return d
+
+
+def scrape(admin_url: str, timeout: float = 10.0) -> dict:
+    """Peak RSS and peak permits from the server's Prometheus exposition."""
+    with urllib.request.urlopen(f"{admin_url}/metrics", timeout=timeout) as r:
+        text = r.read().decode()
+    out = {}
+    for line in text.splitlines():
+        m = re.match(r"^pulsar_(broker|proxy)_topic_list_(\w+)\{[^}]*\} ([0-9.e+-]+)$", line)
+        if m and m[2] in ("process_peak_rss_bytes", "heap_memory_peak_bytes",
+                          "direct_memory_peak_bytes", "heap_memory_limit_bytes",
+                          "direct_memory_limit_bytes", "heap_timeout_total",
+                          "direct_timeout_total"):
+            out[m[2]] = float(m[3])
+    return out
+
+
+async def run_load(url: str, namespace: str, connections: int, duration: float, *,
+                   admin_url: Optional[str] = None, request_timeout: float = 120.0,
+                   max_requests: Optional[int] = None) -> LoadResult:
+    """Each connection sends GET_TOPICS_OF_NAMESPACE back to back until the
+    duration (or max_requests in all) is reached; bounded in time and count."""
+    res = LoadResult(connections, duration)
+    deadline = time.monotonic() + duration
+    budget = [max_requests if max_requests is not None else float("inf")]
+
+    async def one():
+        conn = await P.ClientConnection.open(url)
+        try:
+            while time.monotonic() < deadline and budget[0] > 0:
+                budget[0] -= 1
+                res.requests += 1
+                t0 = time.perf_counter()
+                try:
+                    resp, _ = await conn.get_topics(namespace, timeout=request_timeout)
+                    res.responses += 1
+                    res.topics_last = len(resp.topics)
+                    res.latencies_ms.append((time.perf_counter() - t0) * 1000.0)
+                    del resp
+                except P.RequestError as exc:
+                    if exc.code == P.ServerError.TooManyRequests:
+                        res.too_many_requests += 1
+                    else:
+                        res.other_errors += 1
+                except (asyncio.TimeoutError, ConnectionError, OSError):
+                    res.other_errors += 1
+                    return
+        finally:
+            await conn.close()
+
+    t0 = time.monotonic()
+    await asyncio.gather(*(one() for _ in range(connections)))
+    res.duration_s = time.monotonic() - t0
+    if admin_url:
+        res.server = scrape(admin_url)
+    return res

@@ -1,0 +1,302 @@
+"""Pulsar binary protocol framing and a small asyncio client connection.
+
+A command frame is  [total size: u32][command size: u32][BaseCommand], sizes
+big-endian, total = 4 + command size.  (Message frames carry a payload after
+the command; this service never sends or accepts payloads.)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import re
+import struct
+import zlib
+from typing import Iterable, Optional
+
+from google.protobuf.message import DecodeError
+
+from . import pulsar_topiclist_pb2 as pb
+
+BaseCommand = pb.BaseCommand
+T = pb.BaseCommand.Type
+Mode = pb.CommandGetTopicsOfNamespace.Mode
+ServerError = pb.ServerError
+
+PROTOCOL_VERSION = 21
+SERVER_VERSION = "pylimiter-topiclist"
+# Largest frame accepted; a topic list response of 100k topics is ~5 MB.
+DEFAULT_MAX_FRAME = 64 * 1024 * 1024
+# What a topic costs in the heap estimate besides its UTF-8 bytes (object
+# and list overhead), as in the issue: sum of lengths + 32 per topic.
+TOPIC_OVERHEAD = 32
+
+_U32 = struct.Struct(">I")
+_U32x2 = struct.Struct(">II")
+
+
+class ProtocolError(Exception):
+    """A frame that cannot be a Pulsar command: the connection is closed."""
+
+
+def encode(cmd: BaseCommand) -> bytes:
+    body = cmd.SerializeToString()
+    return _U32x2.pack(len(body) + 4, len(body)) + body
+
+
+def frame_size(cmd: BaseCommand) -> int:
+    """Bytes on the wire for cmd, without serializing it twice."""
+    return 8 + cmd.ByteSize()
+
+
+async def read_command(reader: asyncio.StreamReader, max_frame: int = DEFAULT_MAX_FRAME
+                       ) -> tuple[Optional[BaseCommand], int]:
+    """Next command and its frame size; (None, 0) at a clean end of stream.
+    Raises ProtocolError on a malformed frame."""
+    try:
+        head = await reader.readexactly(4)
+    except asyncio.IncompleteReadError as exc:
+        if not exc.partial:
+            return None, 0
+        raise ProtocolError("truncated frame header") from None
+    (total,) = _U32.unpack(head)
+    if total < 4 or total > max_frame:
+        raise ProtocolError(f"frame size {total} outside 4..{max_frame}")
+    try:
+        body = await reader.readexactly(total)
+    except asyncio.IncompleteReadError:
+        raise ProtocolError("truncated frame") from None
+    (cmd_size,) = _U32.unpack_from(body, 0)
+    if cmd_size > total - 4:
+        raise ProtocolError(f"command size {cmd_size} exceeds frame size {total}")
+    cmd = BaseCommand()
+    try:
+        cmd.ParseFromString(body[4:4 + cmd_size])
+    except DecodeError as exc:
+        raise ProtocolError(f"undecodable command: {exc}") from None
+    if not cmd.IsInitialized():
+        raise ProtocolError("command lacks required fields: "
+                            + ", ".join(cmd.FindInitializationErrors()))
+    return cmd, total + 4
+
+
+# ---- topic names ---------------------------------------------------------------
+
+_TOPIC_RE = re.compile(r"^(persistent|non-persistent)://([^/]+)/([^/]+)/(.+)$")
+
+
+def split_topic(name: str) -> tuple[str, str, str]:
+    """(domain, namespace "tenant/ns", local name); ValueError if malformed."""
+    m = _TOPIC_RE.match(name)
+    if not m:
+        raise ValueError(f"invalid topic name {name!r} "
+                         "(expected persistent://tenant/namespace/topic)")
+    return m[1], f"{m[2]}/{m[3]}", m[4]
+
+
+def mode_matches(name: str, mode: int) -> bool:
+    if mode == Mode.ALL:
+        return True
+    persistent = name.startswith("persistent://")
+    return persistent if mode == Mode.PERSISTENT else not persistent
+
+
+def topics_hash(topics: Iterable[str]) -> str:
+    """Order-independent digest of a topic list (CRC32 of the sorted names),
+    as opaque to clients as Pulsar's own."""
+    crc = 0
+    for t in sorted(topics):
+        crc = zlib.crc32(t.encode() + b"\n", crc)
+    return f"{crc:08x}"
+
+
+def estimate_heap(topics: Iterable[str]) -> int:
+    return sum(len(t.encode()) + TOPIC_OVERHEAD for t in topics)
+
+
+def strip_domain_pattern(pattern: str) -> str:
+    """Pulsar clients send patterns like 'persistent://public/default/a.*';
+    the domain part is matched as a literal prefix."""
+    return pattern.split("://", 1)[1] if "://" in pattern else pattern
+
+
+# ---- commands ------------------------------------------------------------------
+
+
+def cmd(type_: int, field: Optional[str] = None, **values) -> BaseCommand:
+    c = BaseCommand(type=type_)
+    if field is not None:
+        sub = getattr(c, field)
+        sub.SetInParent()
+        for k, v in values.items():
+            if isinstance(v, (list, tuple)):
+                getattr(sub, k).extend(v)
+            elif isinstance(v, dict):
+                getattr(sub, k).SetInParent()
+                for kk, vv in v.items():
+                    setattr(getattr(sub, k), kk, vv)
+            else:
+                setattr(sub, k, v)
+    return c
+
+
+def error(request_id: int, code: int, message: str) -> BaseCommand:
+    return cmd(T.ERROR, "error", request_id=request_id, error=code, message=message)
+
+
+def connected(watchers: bool, max_message_size: int) -> BaseCommand:
+    return cmd(T.CONNECTED, "connected", server_version=SERVER_VERSION,
+               protocol_version=PROTOCOL_VERSION, max_message_size=max_message_size,
+               feature_flags={"supports_topic_watchers": watchers})
+
+
+class RequestError(Exception):
+    """An ERROR (or failed lookup) answer to a request."""
+
+    def __init__(self, code: int, message: str):
+        super().__init__(f"{ServerError.Name(code)}: {message}")
+        self.code = code
+        self.server_message = message
+
+
+# ---- client connection ---------------------------------------------------------
+
+_RESPONSE_FIELD = {
+    T.SUCCESS: "success",
+    T.ERROR: "error",
+    T.LOOKUP_RESPONSE: "lookupTopicResponse",
+    T.PARTITIONED_METADATA_RESPONSE: "partitionMetadataResponse",
+    T.GET_TOPICS_OF_NAMESPACE_RESPONSE: "getTopicsOfNamespaceResponse",
+    T.WATCH_TOPIC_LIST_SUCCESS: "watchTopicListSuccess",
+}
+
+
+class ClientConnection:
+    """One connection to a broker or proxy: CONNECT handshake, requests
+    matched to responses by request id, PINGs answered, watch updates queued.
+    Used by the proxy (to the broker), the load generator and the tests."""
+
+    def __init__(self, reader, writer, max_frame: int = DEFAULT_MAX_FRAME):
+        self.reader, self.writer = reader, writer
+        self.max_frame = max_frame
+        self.pending: dict[int, asyncio.Future] = {}
+        self.updates: asyncio.Queue = asyncio.Queue()
+        self.ids = itertools.count(1)
+        self.connected: Optional[pb.CommandConnected] = None
+        self._reader_task: Optional[asyncio.Task] = None
+        self.closed = asyncio.Event()
+
+    @classmethod
+    async def open(cls, url: str, *, max_frame: int = DEFAULT_MAX_FRAME,
+                   timeout: float = 10.0, proxy_to_broker_url: Optional[str] = None
+                   ) -> "ClientConnection":
+        host, port = parse_url(url)
+        reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port), timeout)
+        self = cls(reader, writer, max_frame)
+        connect = cmd(T.CONNECT, "connect", client_version="pylimiter-client",
+                      protocol_version=PROTOCOL_VERSION,
+                      feature_flags={"supports_topic_watchers": True})
+        if proxy_to_broker_url:
+            connect.connect.proxy_to_broker_url = proxy_to_broker_url
+        writer.write(encode(connect))
+        first, _ = await asyncio.wait_for(read_command(reader, max_frame), timeout)
+        if first is None or first.type != T.CONNECTED:
+            writer.close()
+            raise ProtocolError(f"expected CONNECTED, got {first and T.Name(first.type)}")
+        self.connected = first.connected
+        self._reader_task = asyncio.ensure_future(self._read_loop())
+        return self
+
+    async def _read_loop(self):
+        try:
+            while True:
+                c, size = await read_command(self.reader, self.max_frame)
+                if c is None:
+                    break
+                if c.type == T.PING:
+                    self.writer.write(encode(cmd(T.PONG, "pong")))
+                    continue
+                if c.type == T.WATCH_TOPIC_UPDATE:
+                    self.updates.put_nowait(c.watchTopicUpdate)
+                    continue
+                field = _RESPONSE_FIELD.get(c.type)
+                if field is None:
+                    continue
+                rid = getattr(c, field).request_id
+                fut = self.pending.pop(rid, None)
+                if fut is not None and not fut.done():
+                    fut.set_result((c, size))
+        except (ProtocolError, ConnectionError, OSError) as exc:
+            err = exc
+        else:
+            err = ConnectionError("connection closed by peer")
+        finally:
+            self.closed.set()
+        for fut in self.pending.values():
+            if not fut.done():
+                fut.set_exception(err)
+        self.pending.clear()
+
+    async def request(self, command: BaseCommand, request_id: int, timeout: Optional[float] = 30.0
+                      ) -> tuple[BaseCommand, int]:
+        """Send and await the response with the same request id; ERROR
+        answers raise RequestError."""
+        if self.closed.is_set():
+            raise ConnectionError("connection is closed")
+        fut = asyncio.get_running_loop().create_future()
+        self.pending[request_id] = fut
+        self.writer.write(encode(command))
+        try:
+            resp, size = await asyncio.wait_for(fut, timeout)
+        finally:
+            self.pending.pop(request_id, None)
+        if resp.type == T.ERROR:
+            raise RequestError(resp.error.error, resp.error.message)
+        return resp, size
+
+    async def get_topics(self, namespace: str, mode: int = Mode.PERSISTENT,
+                         pattern: Optional[str] = None, topics_hash: Optional[str] = None,
+                         timeout: Optional[float] = 60.0):
+        rid = next(self.ids)
+        c = cmd(T.GET_TOPICS_OF_NAMESPACE, "getTopicsOfNamespace", request_id=rid,
+                namespace=namespace, mode=mode)
+        if pattern is not None:
+            c.getTopicsOfNamespace.topics_pattern = pattern
+        if topics_hash is not None:
+            c.getTopicsOfNamespace.topics_hash = topics_hash
+        resp, size = await self.request(c, rid, timeout)
+        return resp.getTopicsOfNamespaceResponse, size
+
+    async def watch(self, namespace: str, pattern: str, watcher_id: int,
+                    topics_hash: Optional[str] = None, timeout: Optional[float] = 60.0):
+        rid = next(self.ids)
+        c = cmd(T.WATCH_TOPIC_LIST, "watchTopicList", request_id=rid, watcher_id=watcher_id,
+                namespace=namespace, topics_pattern=pattern)
+        if topics_hash is not None:
+            c.watchTopicList.topics_hash = topics_hash
+        resp, _ = await self.request(c, rid, timeout)
+        return resp.watchTopicListSuccess
+
+    async def close_watch(self, watcher_id: int):
+        rid = next(self.ids)
+        await self.request(cmd(T.WATCH_TOPIC_LIST_CLOSE, "watchTopicListClose",
+                               request_id=rid, watcher_id=watcher_id), rid)
+
+    def send(self, command: BaseCommand) -> None:
+        self.writer.write(encode(command))
+
+    async def close(self):
+        self.writer.close()
+        try:
+            await self.writer.wait_closed()
+        except (ConnectionError, OSError):
+            pass
+        if self._reader_task is not None:
+            await asyncio.gather(self._reader_task, return_exceptions=True)
+
+
+def parse_url(url: str) -> tuple[str, int]:
+    m = re.match(r"^pulsar://([^:/]+|\[[^\]]+\]):(\d+)/?$", url)
+    if not m:
+        raise ValueError(f"expected pulsar://host:port, got {url!r}")
+    return m[1].strip("[]"), int(m[2])

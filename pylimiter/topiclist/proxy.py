@@ -1,0 +1,178 @@
+"""The proxy: a client-facing Pulsar endpoint in front of one broker.
+
+Lookups and partition metadata are forwarded to the broker and answered
+with proxy_through_service_url set, so clients open their topic connections
+through the proxy too (CONNECT with proxy_to_broker_url), which the proxy
+then pipes byte for byte to the broker, as Pulsar's proxy does.
+GET_TOPICS_OF_NAMESPACE is forwarded and its response decoded and
+re-encoded under PIP-442's proxy limits: a heap permit (estimate, then the
+broker's response frame size) while it holds the decoded list, and a direct
+permit for the re-encoded write.  Topic-list watchers are not offered
+through the proxy (the CONNECTED feature flag says so; clients fall back to
+periodic re-discovery).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Optional
+
+from . import protocol as P
+from .server import ConnectionBase, ServiceBase, log
+
+
+class Proxy(ServiceBase):
+    role = "proxy"
+    advertise_watchers = False
+
+    def __init__(self, config, *, broker_url: str, **kw):
+        super().__init__(config, **kw)
+        P.parse_url(broker_url)
+        self.broker_url = broker_url
+        self._backend: Optional[P.ClientConnection] = None
+        self._backend_lock = asyncio.Lock()
+
+    def make_connection(self, reader, writer):
+        return ProxyConnection(self, reader, writer)
+
+    async def backend(self) -> P.ClientConnection:
+        """The shared connection to the broker, reopened when it drops."""
+        async with self._backend_lock:
+            if self._backend is None or self._backend.closed.is_set():
+                self._backend = await P.ClientConnection.open(self.broker_url,
+                                                              max_frame=self.max_frame)
+            return self._backend
+
+    async def stop(self):
+        await super().stop()
+        if self._backend is not None:
+            await self._backend.close()
+
+
+class ProxyConnection(ConnectionBase):
+    service: Proxy
+
+    async def dispatch(self, c, size):
+        T = P.T
+        t = c.type
+        log.debug("proxy <- %s", T.Name(t))
+        if t == T.CONNECT:
+            target = c.connect.proxy_to_broker_url
+            if target:
+                return await self.pipe_to_broker(c, target)
+            self.connected = True
+            self.send(P.connected(False, self.service.max_frame))
+        elif t == T.PING:
+            self.send(P.cmd(T.PONG, "pong"))
+        elif t == T.PONG:
+            pass
+        elif t == T.LOOKUP:
+            self.spawn(self.forward_lookup(c))
+        elif t == T.PARTITIONED_METADATA:
+            self.spawn(self.forward_metadata(c))
+        elif t == T.GET_TOPICS_OF_NAMESPACE:
+            g = c.getTopicsOfNamespace
+            self.spawn(self.guarded(g.request_id, lambda: self.get_topics(g)))
+        elif t == T.WATCH_TOPIC_LIST:
+            self.send(P.error(c.watchTopicList.request_id, P.ServerError.NotAllowedError,
+                              "topic list watchers are not supported through the proxy"))
+        else:
+            self.unsupported(c)
+
+    async def _forward(self, command, field: str, client_rid: int):
+        """Send command to the broker under a backend request id; return the
+        broker's answer re-addressed to the client's request id."""
+        be = await self.service.backend()
+        rid = next(be.ids)
+        getattr(command, field).request_id = rid
+        try:
+            resp, size = await be.request(command, rid)
+        except P.RequestError as exc:
+            return P.error(client_rid, exc.code, exc.server_message), 0
+        for f in ("lookupTopicResponse", "partitionMetadataResponse",
+                  "getTopicsOfNamespaceResponse"):
+            if resp.HasField(f):
+                getattr(resp, f).request_id = client_rid
+        return resp, size
+
+    async def forward_lookup(self, c):
+        rid = c.lookupTopic.request_id
+        try:
+            resp, _ = await self._forward(c, "lookupTopic", rid)
+        except (ConnectionError, OSError, P.ProtocolError) as exc:
+            self.send(P.cmd(P.T.LOOKUP_RESPONSE, "lookupTopicResponse", request_id=rid,
+                            response=2, error=P.ServerError.ServiceNotReady,
+                            message=f"broker unreachable: {exc}"))
+            return
+        if resp.type == P.T.LOOKUP_RESPONSE:
+            resp.lookupTopicResponse.proxy_through_service_url = True
+        self.send(resp)
+
+    async def forward_metadata(self, c):
+        rid = c.partitionMetadata.request_id
+        try:
+            resp, _ = await self._forward(c, "partitionMetadata", rid)
+        except (ConnectionError, OSError, P.ProtocolError) as exc:
+            self.send(P.cmd(P.T.PARTITIONED_METADATA_RESPONSE, "partitionMetadataResponse",
+                            request_id=rid, response=1, error=P.ServerError.ServiceNotReady,
+                            message=f"broker unreachable: {exc}"))
+            return
+        self.send(resp)
+
+    async def get_topics(self, g):
+        svc = self.service
+        dual = svc.limiter.dual
+        heap = await self.limited_heap(g.namespace, dual)
+        try:
+            req = P.BaseCommand()
+            req.CopyFrom(P.cmd(P.T.GET_TOPICS_OF_NAMESPACE, "getTopicsOfNamespace"))
+            req.getTopicsOfNamespace.CopyFrom(g)
+            resp, frame = await self._forward(req, "getTopicsOfNamespace", g.request_id)
+            if resp.type == P.T.ERROR:
+                self.send(resp)
+                return
+            # The decoded list is now in our heap: account for it by the
+            # size of the frame it came in (PIP-442's cmdSize).
+            svc.estimates[g.namespace] = frame
+            await self.heap_update(dual, heap, frame)
+            await self.write_limited(resp, dual)
+        finally:
+            dual.release(heap)
+
+    async def pipe_to_broker(self, connect_cmd, target: str):
+        # Clients send host:port here (Pulsar's clients do), some a URL.
+        want = P.parse_url(self.service.broker_url)
+        try:
+            got = P.parse_url(target if "://" in target else f"pulsar://{target}")
+        except ValueError:
+            got = None
+        if got != want:
+            # An open relay to anywhere would be a security hole.
+            self.send(P.error(0, P.ServerError.AuthorizationError,
+                              f"proxy_to_broker_url {target} is not this proxy's broker"))
+            return None
+        try:
+            br, bw = await asyncio.open_connection(*want)
+        except (OSError, ValueError) as exc:
+            self.send(P.error(0, P.ServerError.ServiceNotReady, f"broker unreachable: {exc}"))
+            return None
+        connect_cmd.connect.ClearField("proxy_to_broker_url")
+        bw.write(P.encode(connect_cmd))
+        self.writer.transport.set_write_buffer_limits()  # plain pipe from here on
+
+        async def pump(src, dst):
+            try:
+                while True:
+                    data = await src.read(65536)
+                    if not data:
+                        break
+                    dst.write(data)
+                    await dst.drain()
+            except (ConnectionError, OSError):
+                pass
+            finally:
+                dst.close()
+
+        log.debug("piping a client to %s", target)
+        await asyncio.gather(pump(self.reader, bw), pump(br, self.writer))
+        return False
