@@ -50,6 +50,8 @@ def build_parser():
     ld.add_argument("--connections", type=int, default=10)
     ld.add_argument("--duration", type=float, default=10.0)
     ld.add_argument("--max-requests", type=int, default=None)
+    ld.add_argument("--read-delay", type=float, default=0.0,
+                    help="seconds each client waits before reading a response (slow readers)")
     ld.add_argument("--json", action="store_true", help="print the result as JSON")
     return ap
 
@@ -130,7 +132,8 @@ def main(argv=None) -> int:
         try:
             res = asyncio.run(run_load(args.url, args.namespace, args.connections,
                                        args.duration, admin_url=args.admin,
-                                       max_requests=args.max_requests))
+                                       max_requests=args.max_requests,
+                                       read_delay=args.read_delay))
         except (OSError, ValueError) as exc:
             print(f"{PROG}: error: {exc}", file=sys.stderr)
             return 1

@@ -4,12 +4,16 @@ from __future__ import annotations
 
 import asyncio
 import re
+import struct
 import time
 import urllib.request
 from dataclasses import asdict, dataclass, field
 from typing import Optional
 
 from . import protocol as P
+
+_LIST = bytes([0x08, P.T.GET_TOPICS_OF_NAMESPACE_RESPONSE])
+_PING = bytes([0x08, P.T.PING])
 
 
 @dataclass
@@ -18,7 +22,7 @@ class LoadResult:
     duration_s: float
     requests: int = 0
     responses: int = 0
-    topics_last: int = 0
+    bytes: int = 0
     too_many_requests: int = 0
     other_errors: int = 0
     latencies_ms: list = field(default_factory=list, repr=False)
@@ -59,34 +63,62 @@ def scrape(admin_url: str, timeout: float = 10.0) -> dict:
 
 async def run_load(url: str, namespace: str, connections: int, duration: float, *,
                    admin_url: Optional[str] = None, request_timeout: float = 120.0,
-                   max_requests: Optional[int] = None) -> LoadResult:
+                   max_requests: Optional[int] = None, read_delay: float = 0.0
+                   ) -> LoadResult:
     """Each connection sends GET_TOPICS_OF_NAMESPACE back to back until the
-    duration (or max_requests in all) is reached; bounded in time and count."""
+    duration (or max_requests in all) is reached; bounded in time and count.
+    read_delay makes each client wait before reading its response, like a
+    slow network or a busy client: the server must then hold what it wrote
+    until the client takes it, which is where unlimited memory grows."""
     res = LoadResult(connections, duration)
     deadline = time.monotonic() + duration
     budget = [max_requests if max_requests is not None else float("inf")]
 
     async def one():
+        # A lean client: decoding a 100k-topic response costs the load
+        # generator more than the server spends producing it, so responses
+        # are recognised by their leading type field (protobuf writes field 1
+        # first) and only ERROR frames, which are small, are decoded.
         conn = await P.ClientConnection.open(url)
+        conn._reader_task.cancel()   # this loop reads the socket itself
+        reader, writer = conn.reader, conn.writer
+        rid = 0
         try:
             while time.monotonic() < deadline and budget[0] > 0:
                 budget[0] -= 1
                 res.requests += 1
+                rid += 1
+                writer.write(P.encode(P.cmd(P.T.GET_TOPICS_OF_NAMESPACE, "getTopicsOfNamespace",
+                                            request_id=rid, namespace=namespace)))
                 t0 = time.perf_counter()
+                if read_delay:
+                    await asyncio.sleep(read_delay)
                 try:
-                    resp, _ = await conn.get_topics(namespace, timeout=request_timeout)
+                    while True:
+                        head = await asyncio.wait_for(reader.readexactly(8), request_timeout)
+                        total, cmd_size = struct.unpack(">II", head)
+                        body = await asyncio.wait_for(reader.readexactly(total - 4),
+                                                      request_timeout)
+                        if body[:2] == _PING:
+                            writer.write(P.encode(P.cmd(P.T.PONG, "pong")))
+                            continue
+                        break
+                except (asyncio.TimeoutError, asyncio.IncompleteReadError, ConnectionError,
+                        OSError):
+                    res.other_errors += 1
+                    return
+                if body[:2] == _LIST:
                     res.responses += 1
-                    res.topics_last = len(resp.topics)
+                    res.bytes += total + 4
                     res.latencies_ms.append((time.perf_counter() - t0) * 1000.0)
-                    del resp
-                except P.RequestError as exc:
-                    if exc.code == P.ServerError.TooManyRequests:
+                else:
+                    c = P.BaseCommand()
+                    c.ParseFromString(body[:cmd_size])
+                    if c.type == P.T.ERROR and c.error.error == P.ServerError.TooManyRequests:
                         res.too_many_requests += 1
                     else:
                         res.other_errors += 1
-                except (asyncio.TimeoutError, ConnectionError, OSError):
-                    res.other_errors += 1
-                    return
+                del body
         finally:
             await conn.close()
 
