@@ -511,3 +511,30 @@ def test_pulsar_client_regex_subscription(pulsar_services, via_proxy):
     for svc in (b, px):
         assert _wait(lambda: pool(svc, HEAP).acquired_permits == 0
                      and pool(svc, DIRECT).acquired_permits == 0)
+
+
+# ---- the load generator ------------------------------------------------------------
+
+
+def test_load_generator_counts_responses_rejections_and_reads_server_peaks():
+    from pylimiter.topiclist.load import run_load
+
+    async def main():
+        async with running(Broker(_tiny(heap_mb=1, heap_timeout_ms=50, heap_queue=100),
+                                  store=store_with(generated_topics(NS, 300)))) as b:
+            res = await run_load(b.service_url, NS, 3, 30.0, admin_url=b.admin_url,
+                                 max_requests=12, read_delay=0.01)
+            assert res.requests == 12 and res.responses == 12
+            assert res.too_many_requests == 0 and res.other_errors == 0
+            assert res.bytes > 12 * 300 * 30
+            s = res.summary()
+            assert 0 < s["p50_ms"] <= s["p99_ms"] <= s["max_ms"]
+            assert res.server["heap_memory_peak_bytes"] > 0
+            assert res.server["process_peak_rss_bytes"] > 0
+            hold = await b.limiter.dual.acquire(pool(b, HEAP).max_permits, HEAP)
+            res = await run_load(b.service_url, NS, 2, 30.0, max_requests=4)
+            assert res.too_many_requests == 4 and res.responses == 0
+            b.limiter.dual.release(hold)
+            await until(lambda: not b.connections, what="load clients gone")
+            assert_all_back(b)
+    asyncio.run(main())
