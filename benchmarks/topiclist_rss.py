@@ -23,6 +23,7 @@ from pathlib import Path
 
 import psutil
 
+from pylimiter.bench.report import save
 from pylimiter.topiclist.load import run_load
 
 MB = 1024 * 1024
@@ -112,9 +113,7 @@ def plot(rows, path: Path):
     ax.set_title("topic list of 100k topics: RSS growth vs clients")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=90)
-    plt.close(fig)
+    save(plt, fig, path)
 
 
 def main(argv=None) -> int:

@@ -18,6 +18,14 @@ def _plt():
     return plt
 
 
+def save(plt, fig, path: Path) -> bool:
+    """Write a finished figure as PNG and free it (pyplot keeps figures alive)."""
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+    return True
+
+
 def _ok(v) -> bool:
     return v is not None and not (isinstance(v, float) and math.isnan(v))
 
@@ -44,10 +52,7 @@ def plot_throughput(summary, path: Path) -> bool:
         ax.set_title(f"{s}: throughput vs concurrency")
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=90)
-    plt.close(fig)
-    return True
+    return save(plt, fig, path)
 
 
 def plot_latency(results, path: Path) -> bool:
@@ -76,10 +81,7 @@ def plot_latency(results, path: Path) -> bool:
     ax.legend([b1["boxes"][0], b2["boxes"][0]], ["p50", "p99"], fontsize=8)
     ax.set_title("wait-latency distribution over trials")
     ax.grid(alpha=0.3, axis="y")
-    fig.tight_layout()
-    fig.savefig(path, dpi=90)
-    plt.close(fig)
-    return True
+    return save(plt, fig, path)
 
 
 def plot_speedup(summary, path: Path) -> bool:
@@ -100,10 +102,7 @@ def plot_speedup(summary, path: Path) -> bool:
     handles = [plt.Rectangle((0, 0), 1, 1, color=IMPL_COLORS[i]) for i in ("c", "python")]
     ax.legend(handles, ["pylimiter C", "pylimiter pure Python"], fontsize=8)
     ax.grid(alpha=0.3, axis="y")
-    fig.tight_layout()
-    fig.savefig(path, dpi=90)
-    plt.close(fig)
-    return True
+    return save(plt, fig, path)
 
 
 def plot_scaling(scaling, scaling_trials, path: Path) -> bool:
@@ -124,10 +123,7 @@ def plot_scaling(scaling, scaling_trials, path: Path) -> bool:
     ax.set_title("per-core scaling (flat = no shared bottleneck)")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=90)
-    plt.close(fig)
-    return True
+    return save(plt, fig, path)
 
 
 def _table(df, floats="{:.2f}") -> str:
