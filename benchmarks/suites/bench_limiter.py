@@ -210,8 +210,10 @@ class Timeouts(_Loop):
     param_names = ["impl", "waiters"]
 
     def setup(self, impl, n):
-        self.setup_loop()
         anchor = impl == "asyncio.timeout"
+        if anchor and not hasattr(asyncio, "timeout"):
+            raise NotImplementedError("asyncio.timeout needs Python 3.11")
+        self.setup_loop()
         sem = asyncio.Semaphore(1) if anchor else _semaphore(impl, 1)
 
         async def waiter():

@@ -221,9 +221,11 @@ def _round_timeouts(sem, is_anchor, n, k, target_ops):
 
         async def waiter():
             try:
-                if is_anchor:
+                if is_anchor and hasattr(asyncio, "timeout"):
                     async with asyncio.timeout(0.001):
                         await sem.acquire()
+                elif is_anchor:  # Python 3.10: no asyncio.timeout yet
+                    await asyncio.wait_for(sem.acquire(), 0.001)
                 else:
                     await sem.acquire(1, timeout=0.001)
                 outcomes.append(False)
