@@ -111,7 +111,7 @@ def main(argv=None) -> int:
         store.add_many(names)
         svc = Broker(_config(args), store=store, host=args.host, port=args.port,
                      admin_port=args.admin_port, cluster=args.cluster)
-        print(f"namespaces: " + ", ".join(f"{ns} ({len(t)} topics)"
+        print("namespaces: " + ", ".join(f"{ns} ({len(t)} topics)"
                                           for ns, t in store.namespaces.items()), flush=True)
     elif args.command == "proxy":
         from .proxy import Proxy

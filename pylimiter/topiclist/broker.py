@@ -159,7 +159,6 @@ class BrokerConnection(ConnectionBase):
     async def dispatch(self, c, size):
         T = P.T
         t = c.type
-        log.debug("broker <- %s", T.Name(t))
         if t == T.CONNECT:
             self.connected = True
             self.send(P.connected(self.service.advertise_watchers, self.service.max_frame))
@@ -200,6 +199,24 @@ class BrokerConnection(ConnectionBase):
         else:
             self.unsupported(c)
 
+    async def _list_accounted(self, ns: str, mode: int, dual, heap) -> list[str]:
+        """List the namespace while holding `heap` (the estimate), then grow
+        or shrink that permit to the actual size, which also becomes the
+        namespace's next estimate (PIP-442's update step)."""
+        topics = self.service.store.list(ns, mode)
+        actual = P.estimate_heap(topics)
+        self.service.estimates[ns] = actual
+        await self.heap_update(dual, heap, actual)
+        return topics
+
+    def _pattern(self, request_id: int, pattern: str):
+        """The compiled pattern, or None after answering InvalidTopicName."""
+        try:
+            return compile_pattern(pattern)
+        except ValueError as exc:
+            self.send(P.error(request_id, P.ServerError.InvalidTopicName, str(exc)))
+            return None
+
     def _namespace_error(self, request_id: int, ns: str) -> bool:
         if ns not in self.service.store.namespaces:
             self.send(P.error(request_id, P.ServerError.MetadataError,
@@ -213,18 +230,13 @@ class BrokerConnection(ConnectionBase):
             return
         rx = None
         if g.HasField("topics_pattern"):
-            try:
-                rx = compile_pattern(g.topics_pattern)
-            except ValueError as exc:
-                self.send(P.error(g.request_id, P.ServerError.InvalidTopicName, str(exc)))
+            rx = self._pattern(g.request_id, g.topics_pattern)
+            if rx is None:
                 return
         dual = svc.limiter.dual          # this request's limiter, to the end
         heap = await self.limited_heap(g.namespace, dual)
         try:
-            topics = svc.store.list(g.namespace, g.mode)
-            actual = P.estimate_heap(topics)
-            svc.estimates[g.namespace] = actual
-            await self.heap_update(dual, heap, actual)
+            topics = await self._list_accounted(g.namespace, g.mode, dual, heap)
             if rx is not None:
                 topics = pattern_filter(topics, rx)
             h = P.topics_hash(topics)
@@ -245,19 +257,14 @@ class BrokerConnection(ConnectionBase):
             return
         if self._namespace_error(w.request_id, w.namespace):
             return
-        try:
-            rx = compile_pattern(w.topics_pattern)
-        except ValueError as exc:
-            self.send(P.error(w.request_id, P.ServerError.InvalidTopicName, str(exc)))
+        rx = self._pattern(w.request_id, w.topics_pattern)
+        if rx is None:
             return
         watcher = _Watcher(self, w.watcher_id, w.namespace, rx)
         dual = svc.limiter.dual
         heap = await self.limited_heap(w.namespace, dual)
         try:
-            topics = svc.store.list(w.namespace, P.Mode.PERSISTENT)
-            actual = P.estimate_heap(topics)
-            svc.estimates[w.namespace] = actual
-            await self.heap_update(dual, heap, actual)
+            topics = await self._list_accounted(w.namespace, P.Mode.PERSISTENT, dual, heap)
             matching = pattern_filter(topics, rx)
             watcher.topics = set(matching)
             # Registered before the success is written, so no change made

@@ -55,7 +55,6 @@ class ProxyConnection(ConnectionBase):
     async def dispatch(self, c, size):
         T = P.T
         t = c.type
-        log.debug("proxy <- %s", T.Name(t))
         if t == T.CONNECT:
             target = c.connect.proxy_to_broker_url
             if target:
@@ -124,8 +123,7 @@ class ProxyConnection(ConnectionBase):
         dual = svc.limiter.dual
         heap = await self.limited_heap(g.namespace, dual)
         try:
-            req = P.BaseCommand()
-            req.CopyFrom(P.cmd(P.T.GET_TOPICS_OF_NAMESPACE, "getTopicsOfNamespace"))
+            req = P.BaseCommand(type=P.T.GET_TOPICS_OF_NAMESPACE)
             req.getTopicsOfNamespace.CopyFrom(g)
             resp, frame = await self._forward(req, "getTopicsOfNamespace", g.request_id)
             if resp.type == P.T.ERROR:

@@ -121,10 +121,12 @@ class ServiceBase:
 
     # ---- accounting ------------------------------------------------------------
 
-    def note_peak(self):
-        snap = self.limiter.snapshot()
-        for k in ("heap", "direct"):
-            self.peak[k] = max(self.peak[k], snap[k]["used"])
+    def note_peak(self, pool: LimitType, dual) -> None:
+        """Called at every grant: a pool's use only rises at its own grants,
+        so this sees every peak.  One property read, not a stats snapshot,
+        since it is on every request's path."""
+        key = "heap" if pool is HEAP else "direct"
+        self.peak[key] = max(self.peak[key], dual.get_limiter(pool).acquired_permits)
 
     def cap(self, pool: LimitType, n: int, dual=None) -> int:
         sem = (dual or self.limiter.dual).get_limiter(pool)
@@ -302,18 +304,25 @@ class ConnectionBase:
                           f"command {P.T.Name(c.type)} is not supported by this "
                           f"topic-list {self.service.role}"))
 
+    async def _granted(self, pool: LimitType, dual, wait):
+        """Await a permit wait on `pool`; a timeout or a full queue becomes
+        LimitFailed (answered TooManyRequests), and the grant is counted in
+        the pool's peak."""
+        try:
+            permit = await wait
+        except (PermitAcquireTimeoutError, PermitAcquireQueueFullError) as exc:
+            raise LimitFailed(too_many_requests_message(pool, exc)) from exc
+        self.service.note_peak(pool, dual)
+        return permit
+
     async def write_limited(self, command, dual) -> None:
         """PIP-442's acquireMaxTopicListInFlightPermitsAndWriteAndFlush:
         direct permit of the frame size, serialize, write, wait for the
         flush, release (also on every error).  Raises LimitFailed."""
-        size = P.frame_size(command)
+        size = self.service.cap(DIRECT, P.frame_size(command), dual)
+        direct = await self._granted(DIRECT, dual, dual.acquire(size, DIRECT,
+                                                                is_cancelled=self.is_closed))
         try:
-            direct = await dual.acquire(self.service.cap(DIRECT, size, dual), DIRECT,
-                                        is_cancelled=self.is_closed)
-        except (PermitAcquireTimeoutError, PermitAcquireQueueFullError) as exc:
-            raise LimitFailed(too_many_requests_message(DIRECT, exc)) from exc
-        try:
-            self.service.note_peak()
             data = P.encode(command)
             if self.is_closed():
                 raise ConnectionResetError("client went away")
@@ -325,22 +334,14 @@ class ConnectionBase:
 
     async def limited_heap(self, namespace: str, dual):
         """The initial heap permit for listing a namespace."""
-        estimate = self.service.estimates.get(namespace, INITIAL_ESTIMATE)
-        try:
-            permit = await dual.acquire(self.service.cap(HEAP, estimate, dual), HEAP,
-                                        is_cancelled=self.is_closed)
-        except (PermitAcquireTimeoutError, PermitAcquireQueueFullError) as exc:
-            raise LimitFailed(too_many_requests_message(HEAP, exc)) from exc
-        self.service.note_peak()
-        return permit
+        estimate = self.service.cap(HEAP, self.service.estimates.get(namespace, INITIAL_ESTIMATE),
+                                    dual)
+        return await self._granted(HEAP, dual, dual.acquire(estimate, HEAP,
+                                                            is_cancelled=self.is_closed))
 
     async def heap_update(self, dual, permit, actual: int):
-        try:
-            await dual.update(permit, self.service.cap(HEAP, actual, dual),
-                              is_cancelled=self.is_closed)
-        except (PermitAcquireTimeoutError, PermitAcquireQueueFullError) as exc:
-            raise LimitFailed(too_many_requests_message(HEAP, exc)) from exc
-        self.service.note_peak()
+        await self._granted(HEAP, dual, dual.update(permit, self.service.cap(HEAP, actual, dual),
+                                                    is_cancelled=self.is_closed))
 
     async def guarded(self, request_id: int, work):
         """Run a limited request; map failures to Pulsar's answers."""
