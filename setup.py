@@ -13,10 +13,10 @@ from setuptools import Extension, setup
 
 
 def compile_proto():
-    """pylimiter/topiclist/pulsar_topiclist_pb2.py from its .proto, with the
+    """pylimiter/pulsar/topiclist/pulsar_topiclist_pb2.py from its .proto, with the
     protoc bundled in grpcio-tools (a build requirement); the generated module
     is a build output, not committed."""
-    src = Path("pylimiter/topiclist/pulsar_topiclist.proto")
+    src = Path("pylimiter/pulsar/topiclist/pulsar_topiclist.proto")
     out = src.with_name("pulsar_topiclist_pb2.py")
     if not src.exists() or (out.exists() and out.stat().st_mtime >= src.stat().st_mtime):
         return

@@ -23,8 +23,8 @@ from pathlib import Path
 
 import psutil
 
-from pylimiter.bench.report import save
-from pylimiter.topiclist.load import run_load
+from pylimiter.spark.report import pyplot, save_figure
+from pylimiter.pulsar.topiclist.loadgen import run_load
 
 MB = 1024 * 1024
 OUT = Path(__file__).resolve().parent / "results"
@@ -32,7 +32,7 @@ OUT = Path(__file__).resolve().parent / "results"
 
 def start_broker(topics: int, heap_mb: float, direct_mb: float):
     proc = subprocess.Popen(
-        [sys.executable, "-m", "pylimiter.topiclist", "broker", "--topics", str(topics),
+        [sys.executable, "-m", "pylimiter.pulsar.topiclist", "broker", "--topics", str(topics),
          "--heap-mb", str(heap_mb), "--direct-mb", str(direct_mb)],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     url = admin = None
@@ -93,11 +93,7 @@ def _vm_hwm(pid: int) -> int:
 
 
 def plot(rows, path: Path):
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(6.5, 4))
     for lim, color in (("off", "#d62728"), ("on", "#2ca02c")):
         pts = [r for r in rows if r["limits"] == lim]
@@ -113,7 +109,7 @@ def plot(rows, path: Path):
     ax.set_title("topic list of 100k topics: RSS growth vs clients")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
-    save(plt, fig, path)
+    save_figure(fig, path)
 
 
 def main(argv=None) -> int:

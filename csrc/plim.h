@@ -19,7 +19,7 @@
 #ifndef PLIM_H
 #define PLIM_H
 
-#include "plim_common.h"
+#include "plim_platform.h"
 
 #ifdef __cplusplus
 extern "C" {

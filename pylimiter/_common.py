@@ -1,10 +1,25 @@
-"""Pieces both implementations share: stats, limit types, argument checks."""
+"""The contract both implementations share: limits, stats, limit types,
+argument checks, the waiter states, and every error message.
+
+A message lives here once, so the C binding and the pure-Python twin cannot
+drift apart; tests/test_differential.py compares exception types and texts.
+Only the per-call hot check (``_check_n`` in the binding, ``check_permits``
+here) stays inline in the C twin, and it defers to ``check_permits`` for
+anything but the common case.
+"""
 
 from __future__ import annotations
 
 import enum
 import math
 from dataclasses import dataclass
+
+from ._errors import (
+    PermitAcquireAlreadyClosedError,
+    PermitAcquireCancelledError,
+    PermitAcquireQueueFullError,
+    PermitAcquireTimeoutError,
+)
 
 #: The largest max_permits and the largest single request (the C core's
 #: PLIM_MAX_PERMITS); bigger values would overflow its 62-bit counter field.
@@ -83,6 +98,99 @@ class LimitType(enum.Enum):
     DIRECT_MEMORY = "direct"
 
 
+# ---- waiter states --------------------------------------------------------
+# Where a queued request stands; the values are plim_wstate_t's in csrc/plim.h
+# (the binding asserts that at import).
+W_IDLE, W_QUEUED, W_GRANTED, W_CLOSED, W_TOO_LARGE, W_CANCELLED, W_REMOVED = range(7)
+
+# ---- messages -----------------------------------------------------------------
+MSG_PERMIT_NOT_CONSTRUCTIBLE = "pylimiter: permits are created by a semaphore"
+MSG_ALREADY_AWAITED = "pylimiter: this request was already awaited"
+MSG_CLOSED = "pylimiter: semaphore is closed"
+MSG_CLOSED_WHILE_QUEUED = "pylimiter: semaphore was closed"
+MSG_CANCELLED = "pylimiter: request cancelled"
+MSG_TIMED_OUT = "pylimiter: timed out waiting for permits"
+MSG_TIMEOUT_ZERO = "pylimiter: permits not available and timeout=0"
+MSG_QUEUE_FULL = "pylimiter: queue is full ({} waiting)"
+MSG_OVERFLOW = "pylimiter: too many permits outstanding"
+MSG_UPDATE_IN_PROGRESS = "pylimiter: permit already has an update in progress"
+MSG_FOREIGN_PERMIT = "pylimiter: the permit belongs to another semaphore"
+MSG_NOT_A_PERMIT = "pylimiter: expected a SemaphorePermit, not {}"
+MSG_TOO_LARGE = "Requested permits={} is larger than max_permits={}"
+
+
+def closed_error() -> PermitAcquireAlreadyClosedError:
+    return PermitAcquireAlreadyClosedError(MSG_CLOSED)
+
+
+def overflow_error() -> OverflowError:
+    return OverflowError(MSG_OVERFLOW)
+
+
+def timeout_zero_error() -> PermitAcquireTimeoutError:
+    return PermitAcquireTimeoutError(MSG_TIMEOUT_ZERO)
+
+
+def queue_full_error(max_queue: int) -> PermitAcquireQueueFullError:
+    return PermitAcquireQueueFullError(MSG_QUEUE_FULL.format(max_queue))
+
+
+def cancelled_error(cause) -> PermitAcquireCancelledError:
+    """As ``raise PermitAcquireCancelledError(...) from cause``: the check's
+    own exception (or None) is the cause, the context is suppressed."""
+    exc = PermitAcquireCancelledError(MSG_CANCELLED)
+    exc.__cause__ = cause
+    exc.__suppress_context__ = True
+    return exc
+
+
+def left_queue_error(state: int, total: int, limit: int, cause) -> Exception:
+    """left_queue_error is the exception a request raises when it left the
+    queue in a final state other than W_GRANTED: closed, too large for a
+    lowered limit, cancelled by its check, or timed out (W_REMOVED)."""
+    if state == W_CLOSED:
+        return PermitAcquireAlreadyClosedError(MSG_CLOSED_WHILE_QUEUED)
+    if state == W_TOO_LARGE:
+        return ValueError(MSG_TOO_LARGE.format(total, limit))
+    if state == W_CANCELLED:
+        return cancelled_error(cause)
+    return PermitAcquireTimeoutError(MSG_TIMED_OUT)
+
+
+def permit_error(permit, permit_type: type) -> TypeError:
+    """permit_error is the TypeError for a ``permit`` that the caller found
+    not to be one of its own: of another type, or of another semaphore."""
+    if type(permit) is not permit_type:
+        return TypeError(MSG_NOT_A_PERMIT.format(type(permit).__name__))
+    return TypeError(MSG_FOREIGN_PERMIT)
+
+
+def check_limits(max_permits, max_queue_size) -> tuple[int, int]:
+    """The constructor's checks: both ints (not bool), max_permits at most
+    MAX_PERMITS; returns them as ints."""
+    if type(max_permits) is bool or not isinstance(max_permits, int):
+        raise TypeError("pylimiter: max_permits must be an int")
+    if type(max_queue_size) is bool or not isinstance(max_queue_size, int):
+        raise TypeError("pylimiter: max_queue_size must be an int")
+    if max_permits > MAX_PERMITS:
+        raise ValueError(f"pylimiter: max_permits={max_permits} exceeds {MAX_PERMITS}")
+    return int(max_permits), int(max_queue_size)
+
+
+def check_new_max(max_permits, bounded: bool) -> int:
+    """set_max_permits' checks: an int in (0, MAX_PERMITS] on a bounded
+    semaphore."""
+    if type(max_permits) is bool or not isinstance(max_permits, int):
+        raise TypeError("pylimiter: max_permits must be an int")
+    if not bounded:
+        raise ValueError("pylimiter: cannot set a limit on an unbounded semaphore")
+    if max_permits <= 0:
+        raise ValueError(f"pylimiter: max_permits must be > 0, got {max_permits}")
+    if max_permits > MAX_PERMITS:
+        raise ValueError(f"pylimiter: max_permits={max_permits} exceeds {MAX_PERMITS}")
+    return int(max_permits)
+
+
 def check_permits(value, max_permits: int, bounded: bool) -> int:
     """Validate a permit count at the call site; return it as an int."""
     if type(value) is bool or not isinstance(value, int):
@@ -93,9 +201,7 @@ def check_permits(value, max_permits: int, bounded: bool) -> int:
     if value < 0:
         raise ValueError(f"Invalid negative permits value: {value}")
     if bounded and value > max_permits:
-        raise ValueError(
-            f"Requested permits={value} is larger than max_permits={max_permits}"
-        )
+        raise ValueError(MSG_TOO_LARGE.format(value, max_permits))
     if value > MAX_PERMITS:
         raise OverflowError(
             f"pylimiter: permits={value} exceeds the maximum of {MAX_PERMITS}"
@@ -103,12 +209,12 @@ def check_permits(value, max_permits: int, bounded: bool) -> int:
     return value
 
 
-_NO_TIMEOUT = object()
+TIMEOUT_NOT_GIVEN = object()
 
 
 def check_timeout(timeout, default):
     """Resolve the timeout argument: <default> sentinel, None, or seconds >= 0."""
-    if timeout is _NO_TIMEOUT:
+    if timeout is TIMEOUT_NOT_GIVEN:
         return default
     if timeout is None:
         return None

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Optional
 
-from ._common import _NO_TIMEOUT, LimitType, SemaphoreStats
+from ._common import TIMEOUT_NOT_GIVEN, LimitType, SemaphoreStats
 
 
 class DualMemoryPermit:
@@ -120,7 +120,7 @@ class DualMemoryLimiterBase:
             raise TypeError("pylimiter: the permit belongs to another limiter")
         return permit
 
-    def acquire(self, size: int, limit_type: LimitType, *, timeout=_NO_TIMEOUT,
+    def acquire(self, size: int, limit_type: LimitType, *, timeout=TIMEOUT_NOT_GIVEN,
                 is_cancelled=None) -> _DualRequest:
         """Awaitable of a DualMemoryPermit holding ``size`` bytes of one pool."""
         sem = self.get_limiter(limit_type)
@@ -128,14 +128,14 @@ class DualMemoryLimiterBase:
         return _DualRequest(inner, self, limit_type, None)
 
     def acquire_blocking(self, size: int, limit_type: LimitType, *,
-                         timeout=_NO_TIMEOUT, is_cancelled=None) -> DualMemoryPermit:
+                         timeout=TIMEOUT_NOT_GIVEN, is_cancelled=None) -> DualMemoryPermit:
         """Blocking twin of ``acquire``."""
         sem = self.get_limiter(limit_type)
         permit = sem.acquire_blocking(size, timeout=timeout, is_cancelled=is_cancelled)
         return DualMemoryPermit._new(self, permit, limit_type)
 
     def update(self, permit: DualMemoryPermit, new_size: int, *,
-               timeout=_NO_TIMEOUT, is_cancelled=None) -> _DualRequest:
+               timeout=TIMEOUT_NOT_GIVEN, is_cancelled=None) -> _DualRequest:
         """Awaitable that resizes ``permit`` in place and returns it."""
         p = self._unwrap(permit)
         sem = self._limiters[p._limit_type]
@@ -144,7 +144,7 @@ class DualMemoryLimiterBase:
         return _DualRequest(inner, self, p._limit_type, p)
 
     def update_blocking(self, permit: DualMemoryPermit, new_size: int, *,
-                        timeout=_NO_TIMEOUT, is_cancelled=None) -> DualMemoryPermit:
+                        timeout=TIMEOUT_NOT_GIVEN, is_cancelled=None) -> DualMemoryPermit:
         """Blocking twin of ``update``."""
         p = self._unwrap(permit)
         self._limiters[p._limit_type].update_blocking(

@@ -25,26 +25,11 @@ from libc.stdint cimport int64_t, uint64_t
 
 import asyncio as _asyncio
 
-from ._common import (
-    _NO_TIMEOUT,
-    MAX_PERMITS as _MAX_PERMITS_PY,
-    UNBOUNDED_AVAILABLE as _UNBOUNDED_AVAILABLE,
-    WAIT_BUCKETS as _WAIT_BUCKETS,
-    LimitType,
-    SemaphoreStats,
-    ask_cancelled as _ask,
-    check_is_cancelled as _check_is_cancelled,
-    check_permits as _check_permits,
-    check_timeout as _check_timeout,
-    cumulative_buckets as _cumulative_buckets,
-)
+# The contract shared with the pure twin: checks, messages and error
+# constructors, called on argument and error paths only.
+from . import _common as contract
+from ._common import TIMEOUT_NOT_GIVEN, LimitType, SemaphoreStats
 from ._dual import DualMemoryLimiterBase, DualMemoryPermit
-from ._errors import (
-    PermitAcquireAlreadyClosedError,
-    PermitAcquireCancelledError,
-    PermitAcquireQueueFullError,
-    PermitAcquireTimeoutError,
-)
 
 __all__ = [
     "AsyncSemaphore",
@@ -105,7 +90,7 @@ cdef extern from "plim.h" nogil:
     int plim_close(plim_sem_t *sem, plim_batch_t *b)
     int plim_set_max(plim_sem_t *sem, int64_t max, plim_batch_t *b)
 
-cdef extern from "_plim_py.h":
+cdef extern from "_plim_binding.h":
     ctypedef PyObject *(*plim_advance_fn)(PyObject *self, int *done)
     int64_t plim_monotonic_ns() nogil
     int plim_install_am_send(PyObject *tp, plim_advance_fn fn) except -1
@@ -132,12 +117,16 @@ cdef extern from "pythread.h":
 
 cdef enum:
     NBUCKETS = 16
-assert len(_WAIT_BUCKETS) == NBUCKETS
+assert len(contract.WAIT_BUCKETS) == NBUCKETS
+# The twin and _common name the waiter states by plim_wstate_t's values.
+assert (contract.W_IDLE, contract.W_QUEUED, contract.W_GRANTED, contract.W_CLOSED,
+        contract.W_TOO_LARGE, contract.W_CANCELLED, contract.W_REMOVED) == (
+        PLIM_W_IDLE, PLIM_W_QUEUED, PLIM_W_GRANTED, PLIM_W_CLOSED,
+        PLIM_W_TOO_LARGE, PLIM_W_CANCELLED, PLIM_W_REMOVED)
 
 cdef object _get_running_loop = _asyncio.get_running_loop
-cdef object _NO_T = _NO_TIMEOUT
 cdef double[NBUCKETS] _BOUNDS
-for _i, _b in enumerate(_WAIT_BUCKETS):
+for _i, _b in enumerate(contract.WAIT_BUCKETS):
     _BOUNDS[_i] = _b
 
 
@@ -169,7 +158,7 @@ cdef class SemaphorePermit:
     cdef object __weakref__
 
     def __init__(self, *args, **kwargs):
-        raise TypeError("pylimiter: permits are created by a semaphore")
+        raise TypeError(contract.MSG_PERMIT_NOT_CONSTRUCTIBLE)
 
     @property
     def permits(self):
@@ -238,6 +227,13 @@ cdef inline PyObject *_waiter_ptr(plim_waiter_t *n) noexcept:
 # The awaitable request
 # --------------------------------------------------------------------------
 
+cdef enum RequestStage:
+    STAGE_CREATED = 0    # returned by acquire/update, not awaited yet
+    STAGE_AWAITED = 1    # __await__ called; nothing asked of the core yet
+    STAGE_WAITING = 2    # queued: the task waits on the waiter's future
+    STAGE_DONE = 3       # granted, failed, or abandoned: never again
+
+
 @cython.freelist(64)
 @cython.final
 cdef class _Request:
@@ -249,15 +245,15 @@ cdef class _Request:
     cdef int64_t _n
     cdef object _timeout
     cdef object _is_cancelled
-    cdef int _stage                # 0 created, 1 awaited, 2 waiting, 3 done
+    cdef RequestStage _stage
     cdef _Waiter _waiter
     cdef object _timer
     cdef SemaphorePermit _result
 
     def __await__(self):
-        if self._stage != 0:
-            raise RuntimeError("pylimiter: this request was already awaited")
-        self._stage = 1
+        if self._stage != STAGE_CREATED:
+            raise RuntimeError(contract.MSG_ALREADY_AWAITED)
+        self._stage = STAGE_AWAITED
         return self
 
     def __iter__(self):
@@ -301,29 +297,29 @@ cdef class _Request:
             self._timer = None
 
     cdef _stop_waiting(self):
-        if self._stage == 2 and self._waiter is not None:
-            self._stage = 3
+        if self._stage == STAGE_WAITING and self._waiter is not None:
+            self._stage = STAGE_DONE
             self._cancel_timer()
             self._sem._abandon(self._waiter, False)
-        elif self._stage < 3:
-            self._stage = 3
+        else:
+            self._stage = STAGE_DONE
 
     cdef object _advance(self, int *done):
         cdef AsyncSemaphore sem = self._sem
         cdef SemaphorePermit p
         cdef int rc
         cdef _Waiter w
-        if self._stage <= 1:
-            # Stage 0 too: asyncio sees send/throw/close and drives the
+        if self._stage <= STAGE_AWAITED:
+            # STAGE_CREATED too: asyncio sees send/throw/close and drives the
             # request as a coroutine (create_task, gather) without __await__.
-            self._stage = 2
+            self._stage = STAGE_WAITING
             if self._permit is None and self._is_cancelled is None:
                 # Fast path: no future, no waiter, no lock.
                 rc = plim_try_acquire(&sem._sem, self._n)
                 if rc == PLIM_OK:
                     sem._acquired_total += 1
                     sem._wait_counts[0] += 1
-                    self._stage = 3
+                    self._stage = STAGE_DONE
                     p = _new_permit(sem, self._n)
                     self._result = p
                     done[0] = 1
@@ -331,7 +327,7 @@ cdef class _Request:
             r = sem._begin(self._permit, self._n, self._timeout, self._is_cancelled,
                            False)
             if type(r) is SemaphorePermit:
-                self._stage = 3
+                self._stage = STAGE_DONE
                 self._result = <SemaphorePermit>r
                 done[0] = 1
                 return r
@@ -341,12 +337,12 @@ cdef class _Request:
                 self._timer = w.loop.call_later(self._timeout, sem._on_timeout, w)
             w.fut._asyncio_future_blocking = True
             return w.fut
-        if self._stage == 2:
+        if self._stage == STAGE_WAITING:
             w = self._waiter
             if not w.fut.done():
                 w.fut._asyncio_future_blocking = True
                 return w.fut
-            self._stage = 3
+            self._stage = STAGE_DONE
             self._cancel_timer()
             p = sem._finish(w)
             self._result = p
@@ -398,22 +394,16 @@ cdef class AsyncSemaphore:
     cdef object __weakref__
 
     def __init__(self, max_permits, max_queue_size=10000, timeout=25.0):
-        if type(max_permits) is bool or not isinstance(max_permits, int):
-            raise TypeError("pylimiter: max_permits must be an int")
-        if type(max_queue_size) is bool or not isinstance(max_queue_size, int):
-            raise TypeError("pylimiter: max_queue_size must be an int")
-        if max_permits > _MAX_PERMITS_PY:
-            raise ValueError(
-                f"pylimiter: max_permits={max_permits} exceeds {_MAX_PERMITS_PY}")
+        max_permits, max_queue_size = contract.check_limits(max_permits, max_queue_size)
         if self._ready:
             raise RuntimeError("pylimiter: AsyncSemaphore is already initialised")
-        self._timeout = _check_timeout(timeout, None)
+        self._timeout = contract.check_timeout(timeout, None)
         mq = max(min(max_queue_size, 2**62), -1)
         mp = max(max_permits, -1)
         self._bounded = mp > 0
         self._max_queue = mq
-        self._max_queue_cfg = int(max_queue_size)
-        self._max_cfg = int(max_permits)
+        self._max_queue_cfg = max_queue_size
+        self._max_cfg = max_permits
         if plim_sem_init(&self._sem, mp, mq) != PLIM_OK:
             raise MemoryError("pylimiter: cannot initialise the semaphore")
         self._ready = True
@@ -437,7 +427,7 @@ cdef class AsyncSemaphore:
         ``2**63 - 1`` when unbounded."""
         if self._bounded:
             return plim_available(&self._sem)
-        return _UNBOUNDED_AVAILABLE
+        return contract.UNBOUNDED_AVAILABLE
 
     @property
     def acquired_permits(self):
@@ -478,23 +468,20 @@ cdef class AsyncSemaphore:
                 if not self._bounded or v <= plim_max(&self._sem):
                     return v
         # Rare: let the shared checker pick the right exception and message.
-        return _check_permits(permits, plim_max(&self._sem), self._bounded)
+        return contract.check_permits(permits, plim_max(&self._sem), self._bounded)
 
     cdef inline _check_permit(self, object permit):
-        if type(permit) is not SemaphorePermit:
-            raise TypeError(
-                f"pylimiter: expected a SemaphorePermit, not {type(permit).__name__}")
-        if (<SemaphorePermit>permit)._sem is not self:
-            raise TypeError("pylimiter: the permit belongs to another semaphore")
+        if type(permit) is not SemaphorePermit or (<SemaphorePermit>permit)._sem is not self:
+            raise contract.permit_error(permit, SemaphorePermit)
 
     cdef inline object _resolve_timeout(self, object timeout):
-        if timeout is _NO_T:
+        if timeout is TIMEOUT_NOT_GIVEN:
             return self._timeout
-        return _check_timeout(timeout, self._timeout)
+        return contract.check_timeout(timeout, self._timeout)
 
     # ---- public API ------------------------------------------------------------
 
-    def acquire(self, permits, *, timeout=_NO_TIMEOUT, is_cancelled=None):
+    def acquire(self, permits, *, timeout=TIMEOUT_NOT_GIVEN, is_cancelled=None):
         """Return an awaitable of a new SemaphorePermit holding ``permits``.
 
         The request joins the queue when first awaited.  It fails with
@@ -506,9 +493,9 @@ cdef class AsyncSemaphore:
         cdef _Request r
         t = self._resolve_timeout(timeout)
         if is_cancelled is not None:
-            _check_is_cancelled(is_cancelled)
+            contract.check_is_cancelled(is_cancelled)
         if plim_closed(&self._sem):
-            raise PermitAcquireAlreadyClosedError("pylimiter: semaphore is closed")
+            raise contract.closed_error()
         r = _Request.__new__(_Request)
         r._sem = self
         r._n = n
@@ -516,7 +503,7 @@ cdef class AsyncSemaphore:
         r._is_cancelled = is_cancelled
         return r
 
-    def update(self, permit, new_permits, *, timeout=_NO_TIMEOUT, is_cancelled=None):
+    def update(self, permit, new_permits, *, timeout=TIMEOUT_NOT_GIVEN, is_cancelled=None):
         """Return an awaitable that changes ``permit`` to ``new_permits`` in
         place and returns it.  Shrinking completes at once (even after close);
         growing queues for the difference like an acquire, and on failure the
@@ -525,7 +512,7 @@ cdef class AsyncSemaphore:
         cdef int64_t n = self._check_n(new_permits)
         cdef _Request r
         t = self._resolve_timeout(timeout)
-        _check_is_cancelled(is_cancelled)
+        contract.check_is_cancelled(is_cancelled)
         r = _Request.__new__(_Request)
         r._sem = self
         r._permit = permit
@@ -534,7 +521,7 @@ cdef class AsyncSemaphore:
         r._is_cancelled = is_cancelled
         return r
 
-    def acquire_blocking(self, permits, *, timeout=_NO_TIMEOUT, is_cancelled=None):
+    def acquire_blocking(self, permits, *, timeout=TIMEOUT_NOT_GIVEN, is_cancelled=None):
         """Blocking twin of ``acquire`` for threads; the GIL is released while
         waiting."""
         cdef int64_t n = self._check_n(permits)
@@ -545,16 +532,16 @@ cdef class AsyncSemaphore:
                 self._wait_counts[0] += 1
                 return _new_permit(self, n)
         else:
-            _check_is_cancelled(is_cancelled)
+            contract.check_is_cancelled(is_cancelled)
         return self._run_blocking(None, n, t, is_cancelled)
 
-    def update_blocking(self, permit, new_permits, *, timeout=_NO_TIMEOUT,
+    def update_blocking(self, permit, new_permits, *, timeout=TIMEOUT_NOT_GIVEN,
                         is_cancelled=None):
         """Blocking twin of ``update`` for threads."""
         self._check_permit(permit)
         cdef int64_t n = self._check_n(new_permits)
         t = self._resolve_timeout(timeout)
-        _check_is_cancelled(is_cancelled)
+        contract.check_is_cancelled(is_cancelled)
         return self._run_blocking(permit, n, t, is_cancelled)
 
     def try_acquire(self, permits):
@@ -567,9 +554,9 @@ cdef class AsyncSemaphore:
             self._wait_counts[0] += 1
             return _new_permit(self, n)
         if rc == PLIM_CLOSED:
-            raise PermitAcquireAlreadyClosedError("pylimiter: semaphore is closed")
+            raise contract.closed_error()
         if rc == PLIM_OVERFLOW:
-            raise OverflowError("pylimiter: too many permits outstanding")
+            raise contract.overflow_error()
         return None
 
     def release(self, permit):
@@ -607,14 +594,7 @@ cdef class AsyncSemaphore:
         available_permits negative; queued requests that can never fit fail
         with ValueError."""
         cdef plim_batch_t b
-        if type(max_permits) is bool or not isinstance(max_permits, int):
-            raise TypeError("pylimiter: max_permits must be an int")
-        if not self._bounded:
-            raise ValueError("pylimiter: cannot set a limit on an unbounded semaphore")
-        if max_permits <= 0:
-            raise ValueError(f"pylimiter: max_permits must be > 0, got {max_permits}")
-        if max_permits > _MAX_PERMITS_PY:
-            raise ValueError(f"pylimiter: max_permits={max_permits} exceeds {_MAX_PERMITS_PY}")
+        max_permits = contract.check_new_max(max_permits, self._bounded)
         plim_batch_init(&b)
         plim_set_max(&self._sem, max_permits, &b)
         self._settle(&b)
@@ -634,7 +614,7 @@ cdef class AsyncSemaphore:
             cancelled_total=self._cancelled_total,
             wait_seconds_sum=self._wait_sum,
             wait_seconds_count=sum(counts),
-            wait_seconds_buckets=_cumulative_buckets(counts),
+            wait_seconds_buckets=contract.cumulative_buckets(counts),
         )
 
     # ---- slow paths ------------------------------------------------------------
@@ -674,7 +654,7 @@ cdef class AsyncSemaphore:
         self._apply(b)
         while b.check != NULL:
             w = <_Waiter>_waiter_ptr(b.check)   # our reference keeps it alive
-            cancelled, cause = _ask(w.check)
+            cancelled, cause = contract.ask_cancelled(w.check)
             if cancelled:
                 w.cause = cause
             plim_resume(&self._sem, &w.node, cancelled, b)
@@ -766,13 +746,13 @@ cdef class AsyncSemaphore:
         cancelled = False
         cause = None
         if is_cancelled is not None and self._bounded:
-            cancelled, cause = _ask(is_cancelled)
+            cancelled, cause = contract.ask_cancelled(is_cancelled)
         is_update = permit is not None
         if not is_update:
             permit = _new_permit(self, 0)
         else:
             if permit._pending is not None:
-                raise RuntimeError("pylimiter: permit already has an update in progress")
+                raise RuntimeError(contract.MSG_UPDATE_IN_PROGRESS)
             cur = permit._permits
             if n <= cur:
                 # Shrinking is a release: after close too, no check.
@@ -784,10 +764,10 @@ cdef class AsyncSemaphore:
                 return permit
         need = n - permit._permits
         if plim_closed(&self._sem):
-            raise PermitAcquireAlreadyClosedError("pylimiter: semaphore is closed")
+            raise contract.closed_error()
         if cancelled:
             self._cancelled_total += 1
-            raise PermitAcquireCancelledError("pylimiter: request cancelled") from cause
+            raise contract.cancelled_error(cause)
         rc = plim_try_acquire(&self._sem, need)
         if rc == PLIM_OK:
             permit._permits += need
@@ -795,12 +775,12 @@ cdef class AsyncSemaphore:
             self._wait_counts[0] += 1
             return permit
         if rc == PLIM_OVERFLOW:
-            raise OverflowError("pylimiter: too many permits outstanding")
+            raise contract.overflow_error()
         if rc == PLIM_CLOSED:
-            raise PermitAcquireAlreadyClosedError("pylimiter: semaphore is closed")
+            raise contract.closed_error()
         if timeout is not None and timeout == 0:
             self._timeout_total += 1
-            raise PermitAcquireTimeoutError("pylimiter: permits not available and timeout=0")
+            raise contract.timeout_zero_error()
         w = _Waiter.__new__(_Waiter)
         w.permit = permit
         w.check = is_cancelled
@@ -830,24 +810,15 @@ cdef class AsyncSemaphore:
             return permit
         if rc == PLIM_FULL:
             self._queue_full_total += 1
-            raise PermitAcquireQueueFullError(
-                f"pylimiter: queue is full ({self._max_queue} waiting)")
+            raise contract.queue_full_error(self._max_queue)
         if rc == PLIM_CLOSED:
-            raise PermitAcquireAlreadyClosedError("pylimiter: semaphore is closed")
-        raise OverflowError("pylimiter: too many permits outstanding")
+            raise contract.closed_error()
+        raise contract.overflow_error()
 
     cdef SemaphorePermit _finish(self, _Waiter w):
-        cdef int state = w.node.state
-        if state == PLIM_W_GRANTED:
+        if w.node.state == PLIM_W_GRANTED:
             return w.permit
-        if state == PLIM_W_CLOSED:
-            raise PermitAcquireAlreadyClosedError("pylimiter: semaphore was closed")
-        if state == PLIM_W_TOO_LARGE:
-            raise ValueError(
-                f"Requested permits={w.node.total} is larger than max_permits={w.limit}")
-        if state == PLIM_W_CANCELLED:
-            raise PermitAcquireCancelledError("pylimiter: request cancelled") from w.cause
-        raise PermitAcquireTimeoutError("pylimiter: timed out waiting for permits")
+        raise contract.left_queue_error(w.node.state, w.node.total, w.limit, w.cause)
 
     cdef object _run_blocking(self, SemaphorePermit permit, int64_t n, object timeout,
                               object is_cancelled):

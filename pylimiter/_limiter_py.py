@@ -16,27 +16,39 @@ from collections import OrderedDict
 from typing import Callable, Optional
 
 from ._common import (
-    _NO_TIMEOUT,
+    TIMEOUT_NOT_GIVEN,
     MAX_ACQUIRED,
-    MAX_PERMITS,
+    MSG_ALREADY_AWAITED,
+    MSG_PERMIT_NOT_CONSTRUCTIBLE,
+    MSG_UPDATE_IN_PROGRESS,
     UNBOUNDED_AVAILABLE,
+    W_CANCELLED,
+    W_CLOSED,
+    W_GRANTED,
+    W_IDLE,
+    W_QUEUED,
+    W_REMOVED,
+    W_TOO_LARGE,
     WAIT_BUCKETS,
-    ask_cancelled as _ask,
+    LimitType,
     SemaphoreStats,
+    ask_cancelled,
     bucket_index,
+    cancelled_error,
     check_is_cancelled,
+    check_limits,
+    check_new_max,
+    permit_error,
     check_permits,
     check_timeout,
+    closed_error,
     cumulative_buckets,
+    left_queue_error,
+    overflow_error,
+    queue_full_error,
+    timeout_zero_error,
 )
-from ._common import LimitType
 from ._dual import DualMemoryLimiterBase, DualMemoryPermit
-from ._errors import (
-    PermitAcquireAlreadyClosedError,
-    PermitAcquireCancelledError,
-    PermitAcquireQueueFullError,
-    PermitAcquireTimeoutError,
-)
 
 __all__ = [
     "AsyncSemaphore",
@@ -45,9 +57,6 @@ __all__ = [
     "DualMemoryPermit",
     "LimitType",
 ]
-
-# Waiter states, as in plim.h.
-_IDLE, _QUEUED, _GRANTED, _CLOSED, _TOO_LARGE, _CANCELLED, _REMOVED = range(7)
 
 _get_ident = threading.get_ident
 _monotonic = time.monotonic
@@ -64,7 +73,7 @@ class SemaphorePermit:
     __slots__ = ("_sem", "_permits", "_pending", "__weakref__")
 
     def __init__(self, *args, **kwargs):
-        raise TypeError("pylimiter: permits are created by a semaphore")
+        raise TypeError(MSG_PERMIT_NOT_CONSTRUCTIBLE)
 
     @classmethod
     def _new(cls, sem: "AsyncSemaphore", permits: int) -> "SemaphorePermit":
@@ -114,7 +123,7 @@ class _Waiter:
         self.need = 0
         self.total = 0
         self.granted = 0
-        self.state = _IDLE
+        self.state = W_IDLE
         self.check = check
         self.cause = None
         self.limit = 0
@@ -144,7 +153,7 @@ class _Request:
 
     def __await__(self):
         if self._awaited:
-            raise RuntimeError("pylimiter: this request was already awaited")
+            raise RuntimeError(MSG_ALREADY_AWAITED)
         self._awaited = True
         return self._sem._run_async(
             self._permit, self._permits, self._timeout, self._is_cancelled
@@ -175,19 +184,12 @@ class AsyncSemaphore:
         max_queue_size: int = 10000,
         timeout: Optional[float] = 25.0,
     ):
-        if type(max_permits) is bool or not isinstance(max_permits, int):
-            raise TypeError("pylimiter: max_permits must be an int")
-        if type(max_queue_size) is bool or not isinstance(max_queue_size, int):
-            raise TypeError("pylimiter: max_queue_size must be an int")
-        if max_permits > MAX_PERMITS:
-            raise ValueError(
-                f"pylimiter: max_permits={max_permits} exceeds {MAX_PERMITS}"
-            )
+        max_permits, max_queue_size = check_limits(max_permits, max_queue_size)
         self._timeout = check_timeout(timeout, None)
-        self._max = int(max_permits)
+        self._max = max_permits
         self._bounded = self._max > 0
         self._avail = self._max if self._bounded else 0
-        self._max_queue = int(max_queue_size)
+        self._max_queue = max_queue_size
         self._queue: OrderedDict[_Waiter, None] = OrderedDict()
         self._closed = False
         self._lock = threading.Lock()
@@ -241,16 +243,12 @@ class AsyncSemaphore:
     # ---- argument checks (at the call site) ---------------------------
 
     def _check_permit(self, permit) -> None:
-        if type(permit) is not SemaphorePermit:
-            raise TypeError(
-                f"pylimiter: expected a SemaphorePermit, not {type(permit).__name__}"
-            )
-        if permit._sem is not self:
-            raise TypeError("pylimiter: the permit belongs to another semaphore")
+        if type(permit) is not SemaphorePermit or permit._sem is not self:
+            raise permit_error(permit, SemaphorePermit)
 
     # ---- public API ---------------------------------------------------
 
-    def acquire(self, permits: int, *, timeout=_NO_TIMEOUT, is_cancelled=None):
+    def acquire(self, permits: int, *, timeout=TIMEOUT_NOT_GIVEN, is_cancelled=None):
         """Return an awaitable of a new SemaphorePermit holding ``permits``.
 
         The request joins the queue when first awaited.  It fails with
@@ -262,10 +260,10 @@ class AsyncSemaphore:
         t = check_timeout(timeout, self._timeout)
         check_is_cancelled(is_cancelled)
         if self._closed:
-            raise PermitAcquireAlreadyClosedError("pylimiter: semaphore is closed")
+            raise closed_error()
         return _Request(self, None, n, t, is_cancelled)
 
-    def update(self, permit, new_permits: int, *, timeout=_NO_TIMEOUT,
+    def update(self, permit, new_permits: int, *, timeout=TIMEOUT_NOT_GIVEN,
                is_cancelled=None):
         """Return an awaitable that changes ``permit`` to ``new_permits`` in
         place and returns it.  Shrinking completes at once (even after close);
@@ -277,7 +275,7 @@ class AsyncSemaphore:
         check_is_cancelled(is_cancelled)
         return _Request(self, permit, n, t, is_cancelled)
 
-    def acquire_blocking(self, permits: int, *, timeout=_NO_TIMEOUT,
+    def acquire_blocking(self, permits: int, *, timeout=TIMEOUT_NOT_GIVEN,
                          is_cancelled=None) -> SemaphorePermit:
         """Blocking twin of ``acquire`` for threads."""
         n = check_permits(permits, self._max, self._bounded)
@@ -285,7 +283,7 @@ class AsyncSemaphore:
         check_is_cancelled(is_cancelled)
         return self._run_blocking(None, n, t, is_cancelled)
 
-    def update_blocking(self, permit, new_permits: int, *, timeout=_NO_TIMEOUT,
+    def update_blocking(self, permit, new_permits: int, *, timeout=TIMEOUT_NOT_GIVEN,
                         is_cancelled=None) -> SemaphorePermit:
         """Blocking twin of ``update`` for threads."""
         self._check_permit(permit)
@@ -300,7 +298,7 @@ class AsyncSemaphore:
         n = check_permits(permits, self._max, self._bounded)
         with self._lock:
             if self._closed:
-                raise PermitAcquireAlreadyClosedError("pylimiter: semaphore is closed")
+                raise closed_error()
             if not self._fits_now_locked(n):
                 return None
             permit = SemaphorePermit._new(self, 0)
@@ -318,7 +316,7 @@ class AsyncSemaphore:
                 return
             permit._permits = 0
             pending = permit._pending
-            if pending is not None and pending.state == _QUEUED:
+            if pending is not None and pending.state == W_QUEUED:
                 # Its update now has to take the whole new size.
                 pending.need += n
             self._avail += n
@@ -333,7 +331,7 @@ class AsyncSemaphore:
             self._closed = True
             while self._queue:
                 w, _ = self._queue.popitem(last=False)
-                self._leave_locked(w, _CLOSED)
+                self._leave_locked(w, W_CLOSED)
                 done.append(w)
         self._wake_all(done)
 
@@ -342,14 +340,7 @@ class AsyncSemaphore:
         it grants waiters that now fit; lowering it below what is held makes
         available_permits negative; queued requests that can never fit fail
         with ValueError."""
-        if type(max_permits) is bool or not isinstance(max_permits, int):
-            raise TypeError("pylimiter: max_permits must be an int")
-        if not self._bounded:
-            raise ValueError("pylimiter: cannot set a limit on an unbounded semaphore")
-        if max_permits <= 0:
-            raise ValueError(f"pylimiter: max_permits must be > 0, got {max_permits}")
-        if max_permits > MAX_PERMITS:
-            raise ValueError(f"pylimiter: max_permits={max_permits} exceeds {MAX_PERMITS}")
+        max_permits = check_new_max(max_permits, self._bounded)
         done: list = []
         with self._lock:
             self._avail += max_permits - self._max
@@ -358,7 +349,7 @@ class AsyncSemaphore:
                 if w.total > max_permits:
                     del self._queue[w]
                     w.limit = max_permits
-                    self._leave_locked(w, _TOO_LARGE)
+                    self._leave_locked(w, W_TOO_LARGE)
                     done.append(w)
             check = self._process_locked(None, done)
         self._settle(check, done)
@@ -387,7 +378,7 @@ class AsyncSemaphore:
     def _fits_now_locked(self, need: int) -> bool:
         if not self._bounded:
             if need - self._avail > MAX_ACQUIRED:
-                raise OverflowError("pylimiter: too many permits outstanding")
+                raise overflow_error()
             return True
         # A zero request takes nothing, so it cannot overtake anyone.
         return need == 0 or (not self._queue and self._avail >= need)
@@ -412,7 +403,7 @@ class AsyncSemaphore:
         self._avail -= w.need
         w.granted = w.need
         w.permit._permits += w.need
-        self._leave_locked(w, _GRANTED)
+        self._leave_locked(w, W_GRANTED)
         self._record_wait_locked(max(0.0, now - w.enqueued))
 
     def _process_locked(self, checked, done) -> Optional[_Waiter]:
@@ -437,14 +428,14 @@ class AsyncSemaphore:
     def _settle(self, check, done) -> None:
         """Answer pending checks outside the lock, then wake what left the queue."""
         while check is not None:
-            cancelled, cause = _ask(check.check)
+            cancelled, cause = ask_cancelled(check.check)
             with self._lock:
                 if self._queue and next(iter(self._queue)) is check:
                     if cancelled:
                         del self._queue[check]
                         check.cause = cause
                         self._cancelled_total += 1
-                        self._leave_locked(check, _CANCELLED)
+                        self._leave_locked(check, W_CANCELLED)
                         done.append(check)
                         check = self._process_locked(None, done)
                     else:
@@ -479,7 +470,7 @@ class AsyncSemaphore:
         done: list = []
         check = None
         with self._lock:
-            if w.state == _GRANTED and not w.reverted:
+            if w.state == W_GRANTED and not w.reverted:
                 w.reverted = True
                 w.permit._permits -= w.granted
                 self._avail += w.granted
@@ -493,17 +484,17 @@ class AsyncSemaphore:
         done: list = []
         check = None
         with self._lock:
-            if w.state == _QUEUED:
+            if w.state == W_QUEUED:
                 was_head = next(iter(self._queue)) is w
                 del self._queue[w]
-                self._leave_locked(w, _REMOVED)
+                self._leave_locked(w, W_REMOVED)
                 if timed_out:
                     self._timeout_total += 1
                 else:
                     self._cancelled_total += 1
                 if was_head:
                     check = self._process_locked(None, done)
-            elif w.state == _GRANTED and not timed_out:
+            elif w.state == W_GRANTED and not timed_out:
                 self._cancelled_total += 1
                 if not w.reverted:
                     w.reverted = True
@@ -512,75 +503,69 @@ class AsyncSemaphore:
                     check = self._process_locked(None, done)
         self._settle(check, done)
 
+    def _shrink(self, permit: SemaphorePermit, n: int) -> bool:
+        """Set ``permit`` to ``n`` if that is no more than it holds (a
+        release: after close too, no check) and return True; False when
+        ``n`` would grow it."""
+        done: list = []
+        check = None
+        with self._lock:
+            if permit._pending is not None:
+                raise RuntimeError(MSG_UPDATE_IN_PROGRESS)
+            cur = permit._permits
+            if n > cur:
+                return False
+            permit._permits = n
+            if n < cur:
+                self._avail += cur - n
+                check = self._process_locked(None, done)
+        self._settle(check, done)
+        return True
+
     def _begin(self, permit, n, timeout, is_cancelled, make_waiter):
         """Shared start of every acquire/update: returns the permit when done
         at once, or a queued _Waiter.  Raises on immediate failure."""
         cancelled, cause = False, None
         if is_cancelled is not None and self._bounded:
-            cancelled, cause = _ask(is_cancelled)
-        done: list = []
-        check = None
+            cancelled, cause = ask_cancelled(is_cancelled)
         is_update = permit is not None
+        if is_update and self._shrink(permit, n):
+            return permit
         with self._lock:
             if not is_update:
                 permit = SemaphorePermit._new(self, 0)
-            else:
-                if permit._pending is not None:
-                    raise RuntimeError("pylimiter: permit already has an update in progress")
-                cur = permit._permits
-                if n <= cur:
-                    # Shrinking is a release: after close too, no check.
-                    permit._permits = n
-                    if n < cur:
-                        self._avail += cur - n
-                        check = self._process_locked(None, done)
-                    w = None
-                    n = -1
-            if n >= 0:
-                need = n - permit._permits
-                if self._closed:
-                    raise PermitAcquireAlreadyClosedError("pylimiter: semaphore is closed")
-                if cancelled:
-                    self._cancelled_total += 1
-                    raise PermitAcquireCancelledError(
-                        "pylimiter: request cancelled") from cause
-                if self._fits_now_locked(need):
-                    self._take_locked(permit, need)
-                    return permit
-                if timeout == 0:
-                    self._timeout_total += 1
-                    raise PermitAcquireTimeoutError(
-                        "pylimiter: permits not available and timeout=0")
-                if self._max_queue > 0 and len(self._queue) >= self._max_queue:
-                    self._queue_full_total += 1
-                    raise PermitAcquireQueueFullError(
-                        f"pylimiter: queue is full ({self._max_queue} waiting)")
-                w = make_waiter(permit, is_cancelled)
-                w.need = need
-                w.total = n
-                w.state = _QUEUED
-                w.enqueued = _monotonic()
-                if is_update:
-                    permit._pending = w
-                self._queue[w] = None
-        if w is None:
-            self._settle(check, done)
-            return permit
+            elif permit._pending is not None or permit._permits >= n:
+                # Another thread's update of this permit ran since _shrink.
+                raise RuntimeError(MSG_UPDATE_IN_PROGRESS)
+            need = n - permit._permits
+            if self._closed:
+                raise closed_error()
+            if cancelled:
+                self._cancelled_total += 1
+                raise cancelled_error(cause)
+            if self._fits_now_locked(need):
+                self._take_locked(permit, need)
+                return permit
+            if timeout == 0:
+                self._timeout_total += 1
+                raise timeout_zero_error()
+            if self._max_queue > 0 and len(self._queue) >= self._max_queue:
+                self._queue_full_total += 1
+                raise queue_full_error(self._max_queue)
+            w = make_waiter(permit, is_cancelled)
+            w.need = need
+            w.total = n
+            w.state = W_QUEUED
+            w.enqueued = _monotonic()
+            if is_update:
+                permit._pending = w
+            self._queue[w] = None
         return w
 
     def _finish(self, w: _Waiter) -> SemaphorePermit:
-        state = w.state
-        if state == _GRANTED:
+        if w.state == W_GRANTED:
             return w.permit
-        if state == _CLOSED:
-            raise PermitAcquireAlreadyClosedError("pylimiter: semaphore was closed")
-        if state == _TOO_LARGE:
-            raise ValueError(
-                f"Requested permits={w.total} is larger than max_permits={w.limit}"
-            )
-        if state == _CANCELLED:
-            raise PermitAcquireCancelledError("pylimiter: request cancelled") from w.cause
-        raise PermitAcquireTimeoutError("pylimiter: timed out waiting for permits")
+        raise left_queue_error(w.state, w.total, w.limit, w.cause)
 
     async def _run_async(self, permit, n, timeout, is_cancelled):
         def make_waiter(p, check):
@@ -610,7 +595,7 @@ class AsyncSemaphore:
 
     def _on_timeout(self, w: _Waiter) -> None:
         self._abandon(w, timed_out=True)
-        if w.state == _REMOVED and not w.fut.done():
+        if w.state == W_REMOVED and not w.fut.done():
             w.fut.set_result(None)
 
     def _run_blocking(self, permit, n, timeout, is_cancelled):
@@ -628,12 +613,12 @@ class AsyncSemaphore:
             woken = w.lock.acquire(timeout=-1 if timeout is None else timeout)
         except BaseException:
             self._abandon(w, timed_out=False)
-            if w.state != _REMOVED:
+            if w.state != W_REMOVED:
                 w.lock.acquire()  # a wake-up is on its way: wait it out
             raise
         if not woken:
             self._abandon(w, timed_out=True)
-            if w.state != _REMOVED:
+            if w.state != W_REMOVED:
                 w.lock.acquire()
         return self._finish(w)
 

@@ -10,7 +10,7 @@ import gc
 
 import pytest
 
-from pylimiter._testing import C, PY, LimiterImplementation
+from pylimiter._impls import C, PY, LimiterImplementation
 
 
 def pytest_addoption(parser):
@@ -23,6 +23,11 @@ def pytest_addoption(parser):
 
 
 def pytest_collection_modifyitems(config, items):
+    for item in items:
+        # Tests on the shared SparkSession carry the `spark` marker, so a
+        # quick run can leave the JVM out (-m "not spark").
+        if "spark" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.spark)
     if config.getoption("--c-extensions"):
         return
     keep, drop = [], []
@@ -65,3 +70,19 @@ def make_sem(mod):
             assert sem.available_permits == sem.max_permits - sem.acquired_permits
 
 
+
+
+@pytest.fixture(scope="session")
+def spark():
+    """The one SparkSession (local[2]) every Spark test shares: a JVM start
+    costs seconds, so the benchmark grid and the simulators run their
+    pipelines in-process on this session instead of starting their own.
+    Skipped when the `spark` extra is not installed (an installed wheel's
+    test run); with pyspark present, a failure to start is an error."""
+    pytest.importorskip("pyspark")
+    pytest.importorskip("pandas")
+    pytest.importorskip("matplotlib")
+    from pylimiter.spark.session import spark_session
+
+    with spark_session("local[2]", app_name="pylimiter-tests") as session:
+        yield session

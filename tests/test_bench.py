@@ -14,18 +14,10 @@ import pytest
 
 from pylimiter.bench.scenarios import SCENARIOS, run_trial
 
-SPARK_MISSING = None
-try:
-    import matplotlib  # noqa: F401
-    import pandas  # noqa: F401
-    import pyspark  # noqa: F401
-except ImportError as exc:  # the [spark] extra is not installed
-    SPARK_MISSING = str(exc)
-
 
 @pytest.mark.parametrize("scenario", sorted(SCENARIOS))
 def test_trial_row_is_complete_and_clean(impl, scenario):
-    name = "python" if impl.is_pure_python else "c"
+    name = impl.tag
     row = run_trial(scenario, name, 8, 4, budget_s=0.01)
     assert row["scenario"] == scenario and row["impl"] == name
     assert row["ops"] > 0 and row["ns_per_op"] > 0
@@ -62,18 +54,21 @@ def _one_line_error(proc, needle):
     assert "at org.apache" not in proc.stderr and "Traceback" not in proc.stderr
 
 
+@pytest.mark.slow
 def test_cli_unknown_scenario():
     proc = _cli("--scenarios", "tasks,warp-drive")
     _one_line_error(proc, "unknown 'warp-drive'")
     assert proc.returncode == 2
 
 
+@pytest.mark.slow
 def test_cli_zero_repeats():
     proc = _cli("--repeats", "0")
     _one_line_error(proc, "must be at least 1")
     assert proc.returncode == 2
 
 
+@pytest.mark.slow
 def test_cli_master_that_does_not_answer():
     with socket.socket() as s:  # a port nobody listens on
         s.bind(("127.0.0.1", 0))
@@ -83,28 +78,35 @@ def test_cli_master_that_does_not_answer():
     assert proc.returncode == 2
 
 
+@pytest.mark.slow
 def test_cli_unsupported_master():
     proc = _cli("--master", "mesos://127.0.0.1:5050")
     _one_line_error(proc, "unsupported master URL")
 
 
+def _rows(out, name):
+    (part,) = (out / f"{name}.csv").glob("part-*.csv")
+    with part.open() as f:
+        return list(csv.DictReader(f))
+
+
 @pytest.mark.c_extension
-@pytest.mark.skipif(SPARK_MISSING is not None, reason=f"needs pylimiter[spark]: {SPARK_MISSING}")
-def test_spark_runner_end_to_end(tmp_path):
+def test_spark_runner_end_to_end(spark, tmp_path, capsys):
+    """The whole runner on the shared session: grid, scaling, SQL summaries,
+    tables and report."""
+    from pylimiter.bench.runner import main
+
     out = tmp_path / "bench"
-    proc = _cli("--master", "local[2]", "--scenarios", "tasks,uncontended-threads,scaling",
-                "--concurrency", "4", "--repeats", "2", "--budget", "0.02",
-                "--scaling", "2", "--no-progress", "--out", str(out), timeout=600)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    assert "pylimiter benchmark grid" in proc.stdout
-    assert f"report: {(out / 'index.html').resolve()}" in proc.stdout
+    rc = main(["--scenarios", "tasks,uncontended-threads,scaling",
+               "--concurrency", "4", "--repeats", "2", "--budget", "0.02",
+               "--scaling", "2", "--no-progress", "--out", str(out)], spark=spark)
+    cap = capsys.readouterr()
+    assert rc == 0, cap.out[-3000:] + cap.err[-3000:]
+    assert "pylimiter benchmark grid" in cap.out
+    assert f"report: {(out / 'index.html').resolve()}" in cap.out
+    assert not spark.sparkContext._jsc.sc().isStopped()   # a passed session is left running
 
-    def rows(name):
-        (part,) = (out / f"{name}.csv").glob("part-*.csv")
-        with part.open() as f:
-            return list(csv.DictReader(f))
-
-    trials = rows("results")
+    trials = _rows(out, "results")
     # 2 scenarios x 2 implementations x 1 concurrency x 2 repeats.
     assert len(trials) == 8
     assert {(r["scenario"], r["impl"]) for r in trials} == {
@@ -113,17 +115,17 @@ def test_spark_runner_end_to_end(tmp_path):
         assert r["failure"] == ""
         assert float(r["ns_per_op"]) > 0 and float(r["anchor_ns_per_op"]) > 0
         assert int(r["leaked_permits"]) == 0 and int(r["errors"]) == 0
-    summary = rows("summary")
+    summary = _rows(out, "summary")
     assert len(summary) == 4
     for s in summary:
         assert int(s["trials"]) == 2
         mine = [float(r["speedup"]) for r in trials
                 if (r["scenario"], r["impl"]) == (s["scenario"], s["impl"])]
         assert float(s["median_speedup"]) == pytest.approx(sorted(mine)[0] / 2 + sorted(mine)[1] / 2)
-    scaling = rows("scaling")
+    scaling = _rows(out, "scaling")
     assert {(r["impl"], r["executors"]) for r in scaling} == {
         (i, k) for i in ("c", "python") for k in ("1", "2")}
-    assert len(rows("scaling_trials")) == 2 * (1 + 2) * 2  # impls x tasks x repeats
+    assert len(_rows(out, "scaling_trials")) == 2 * (1 + 2) * 2  # impls x tasks x repeats
     for name in ("index.html", "throughput.png", "speedup.png", "latency.png", "scaling.png"):
         assert (out / name).stat().st_size > 0, name
     assert list((out / "results.parquet").glob("part-*.parquet"))

@@ -1,5 +1,6 @@
 """Seeded random operation traces replayed on the C and the Python
-implementation: the same grants, in the same order, with the same errors."""
+implementation: the same grants, in the same order, with the same errors
+(type and message)."""
 
 from __future__ import annotations
 
@@ -8,9 +9,14 @@ import random
 
 import pytest
 
-from pylimiter._testing import C, PY
+from pylimiter._impls import C, PY
 
 pytestmark = pytest.mark.c_extension
+
+
+def _err(exc: BaseException) -> tuple[str, str]:
+    """What a user sees of an error: its type and its message."""
+    return type(exc).__name__, str(exc)
 
 
 async def _settle():
@@ -21,6 +27,8 @@ async def _settle():
 async def _trace(mod, seed: int, steps: int = 150):
     rnd = random.Random(seed)
     sem = mod.AsyncSemaphore(10, max_queue_size=6, timeout=None)
+    other = mod.AsyncSemaphore(10)
+    other_unbounded = mod.AsyncSemaphore(0)
     log = []
     tasks = {}     # id -> task
     permits = {}   # id -> permit (granted)
@@ -32,7 +40,7 @@ async def _trace(mod, seed: int, steps: int = 150):
             if t.cancelled():
                 log.append(("cancelled", i))
             elif t.exception() is not None:
-                log.append(("error", i, type(t.exception()).__name__))
+                log.append(("error", i, _err(t.exception())))
             else:
                 permits[i] = t.result()
                 log.append(("granted", i, t.result().permits))
@@ -40,7 +48,7 @@ async def _trace(mod, seed: int, steps: int = 150):
 
     for _ in range(steps):
         op = rnd.choice(["acq", "acq", "acq", "rel", "upd", "cancel", "try",
-                         "flag", "max", "acq0"])
+                         "flag", "max", "acq0", "misuse"])
         if op in ("acq", "acq0"):
             n = 0 if op == "acq0" else rnd.randint(1, 8)
             i = next_id
@@ -52,7 +60,7 @@ async def _trace(mod, seed: int, steps: int = 150):
             try:
                 req = sem.acquire(n, is_cancelled=check)
             except Exception as e:
-                log.append(("call-error", i, type(e).__name__))
+                log.append(("call-error", i, _err(e)))
                 continue
             t = asyncio.ensure_future(req)
             t.add_done_callback(done_cb(i))
@@ -70,7 +78,7 @@ async def _trace(mod, seed: int, steps: int = 150):
             try:
                 req = sem.update(p, n)
             except Exception as e:
-                log.append(("call-error", j, type(e).__name__))
+                log.append(("call-error", j, _err(e)))
                 continue
             t = asyncio.ensure_future(req)
             t.add_done_callback(done_cb(j))
@@ -82,8 +90,8 @@ async def _trace(mod, seed: int, steps: int = 150):
         elif op == "try":
             try:
                 p = sem.try_acquire(rnd.randint(1, 5))
-            except ValueError:
-                log.append(("try-error",))
+            except ValueError as e:
+                log.append(("try-error", _err(e)))
                 continue
             log.append(("try", None if p is None else p.permits))
             if p is not None:
@@ -93,6 +101,24 @@ async def _trace(mod, seed: int, steps: int = 150):
             flags[rnd.choice(sorted(flags))] = True
         elif op == "max":
             sem.set_max_permits(rnd.randint(4, 14))
+        elif op == "misuse":
+            # Every argument check, on both twins: same type, same text.
+            bad = rnd.choice([
+                lambda: sem.acquire(-1), lambda: sem.acquire(True), lambda: sem.acquire(99),
+                lambda: sem.acquire(1.5), lambda: sem.acquire(1, timeout=-1),
+                lambda: sem.acquire(1, timeout="1"), lambda: sem.acquire(1, is_cancelled=3),
+                lambda: sem.release(other.try_acquire(1)), lambda: sem.release(object()),
+                lambda: sem.set_max_permits(0), lambda: sem.set_max_permits(2**61),
+                lambda: sem.set_max_permits(None), lambda: other_unbounded.set_max_permits(3),
+                lambda: mod.AsyncSemaphore(2**61), lambda: mod.AsyncSemaphore(1, None),
+                lambda: mod.AsyncSemaphore("1"), lambda: sem.try_acquire(2**62),
+            ])
+            try:
+                bad()
+            except Exception as e:
+                log.append(("misuse", _err(e)))
+            else:
+                log.append(("misuse-accepted",))
         await _settle()
         log.append(("state", sem.available_permits, sem.acquired_permits,
                     sem.queue_size))

@@ -53,7 +53,34 @@ def find_python(version: str) -> Path | None:
     return found[-1] if found else None
 
 
+#: Files every wheel must carry: the extension's package, each subpackage
+#: (found by pyproject's packages.find, so a new one cannot be forgotten)
+#: and the generated protobuf module the topic-list service imports.
+WHEEL_MUST = ["pylimiter/__init__.py", "pylimiter/py.typed", "pylimiter/spark/session.py",
+              "pylimiter/bench/runner.py", "pylimiter/pulsar/__init__.py",
+              "pylimiter/pulsar/topiclist/pulsar_topiclist_pb2.py"]
+
+
+def check_contents(whl: Path) -> None:
+    """The wheel ships the package and its compiled extension, and no tests,
+    sources of the extension or Cython output."""
+    import zipfile
+
+    with zipfile.ZipFile(whl) as z:
+        names = z.namelist()
+    missing = [m for m in WHEEL_MUST if m not in names]
+    if missing:
+        raise CheckFailed(f"{whl.name} lacks {missing}")
+    if not any(re.match(r"pylimiter/_limiter_c\..*\.(so|pyd)$", n) for n in names):
+        raise CheckFailed(f"{whl.name} has no compiled pylimiter._limiter_c")
+    leaked = [n for n in names if n.startswith(("tests/", "benchmarks/"))
+              or re.search(r"(^|/)test_[^/]*\.py$|\.(pyx|c|h)$", n)]
+    if leaked:
+        raise CheckFailed(f"{whl.name} ships files that are not the package: {leaked[:5]}")
+
+
 def check_installed(python_version: str, artefact: Path, scratch: Path) -> str:
+    check_contents(artefact)
     py = find_python(python_version)
     if py is None:
         raise CheckFailed(f"{artefact.name}: no Python {python_version} here")

@@ -19,22 +19,22 @@ import anyio
 import pytest
 
 from pylimiter import PermitAcquireTimeoutError
-from pylimiter._testing import C, PY
+from pylimiter._impls import IMPLEMENTATIONS
 
 OPS = 20000
-ASYNC_IMPLS = ["pylimiter-c", "pylimiter-py", "asyncio.Semaphore", "anyio.CapacityLimiter"]
+ASYNC_IMPLS = ["c", "python", "asyncio.Semaphore", "anyio.CapacityLimiter"]
 
 
 def _ops_for(impl):
-    return OPS // 10 if impl == "pylimiter-py" else OPS
+    return OPS // 10 if impl == "python" else OPS
 
 
 # ---- uncontended await acquire(1) + release ---------------------------------
 
 
 def _uncontended(impl, n):
-    if impl.startswith("pylimiter"):
-        sem = (C if impl == "pylimiter-c" else PY).module.AsyncSemaphore(10)
+    if impl in IMPLEMENTATIONS:
+        sem = IMPLEMENTATIONS[impl].module.AsyncSemaphore(10)
         acq, rel = sem.acquire, sem.release
 
         async def batch():
@@ -78,12 +78,12 @@ def test_uncontended_async(benchmark, loop, impl):
 
 
 @pytest.mark.benchmark(group="uncontended-blocking")
-@pytest.mark.parametrize("impl", ["pylimiter-c", "pylimiter-py", "threading.Semaphore",
+@pytest.mark.parametrize("impl", ["c", "python", "threading.Semaphore",
                                   "threading.Lock", "baseline"])
 def test_uncontended_blocking(benchmark, impl):
     n = _ops_for(impl)
-    if impl.startswith("pylimiter"):
-        sem = (C if impl == "pylimiter-c" else PY).module.AsyncSemaphore(10)
+    if impl in IMPLEMENTATIONS:
+        sem = IMPLEMENTATIONS[impl].module.AsyncSemaphore(10)
         acq, rel = sem.acquire_blocking, sem.release
 
         def batch():
@@ -109,8 +109,8 @@ def test_uncontended_blocking(benchmark, impl):
 
 
 def _contention(impl, tasks=1000, permits=10):
-    if impl.startswith("pylimiter"):
-        mod = (C if impl == "pylimiter-c" else PY).module
+    if impl in IMPLEMENTATIONS:
+        mod = IMPLEMENTATIONS[impl].module
 
         async def run():
             sem = mod.AsyncSemaphore(permits, max_queue_size=0, timeout=None)
@@ -161,8 +161,8 @@ PARKED = 10000
 
 def _park(loop, impl):
     """Untimed: hold every permit and park PARKED waiters."""
-    if impl.startswith("pylimiter"):
-        mod = (C if impl == "pylimiter-c" else PY).module
+    if impl in IMPLEMENTATIONS:
+        mod = IMPLEMENTATIONS[impl].module
         sem = mod.AsyncSemaphore(1, max_queue_size=0, timeout=None)
         loop.run_until_complete(sem.acquire(1))
 
@@ -178,7 +178,7 @@ def _park(loop, impl):
 
 
 @pytest.mark.benchmark(group="10k-parked-cancel-newest-first")
-@pytest.mark.parametrize("impl", ["pylimiter-c", "pylimiter-py", "asyncio.Semaphore"])
+@pytest.mark.parametrize("impl", ["c", "python", "asyncio.Semaphore"])
 def test_parked_cancel_newest_first(benchmark, loop, impl):
     async def cancel_all(tasks):
         for t in reversed(tasks):
@@ -191,8 +191,8 @@ def test_parked_cancel_newest_first(benchmark, loop, impl):
 
 
 def _timeouts(impl):
-    if impl.startswith("pylimiter"):
-        mod = (C if impl == "pylimiter-c" else PY).module
+    if impl in IMPLEMENTATIONS:
+        mod = IMPLEMENTATIONS[impl].module
 
         async def run():
             sem = mod.AsyncSemaphore(1, max_queue_size=0)
@@ -229,7 +229,7 @@ def _timeouts(impl):
 
 
 @pytest.mark.benchmark(group="10k-parked-timeout")
-@pytest.mark.parametrize("impl", ["pylimiter-c", "pylimiter-py", "asyncio.Semaphore",
+@pytest.mark.parametrize("impl", ["c", "python", "asyncio.Semaphore",
                                   "baseline"])
 def test_parked_timeouts(benchmark, loop, impl):
     run = _timeouts(impl)
@@ -249,8 +249,8 @@ def _weighted(impl, tasks=300, seed=3):
 
     async def run():
         order = []
-        if impl == "pylimiter-c":
-            sem = C.module.AsyncSemaphore(10, max_queue_size=0, timeout=None)
+        if impl == "c":
+            sem = IMPLEMENTATIONS["c"].module.AsyncSemaphore(10, max_queue_size=0, timeout=None)
 
             async def one(i, k):
                 p = await sem.acquire(k)
@@ -293,12 +293,12 @@ def _weighted(impl, tasks=300, seed=3):
 
 
 @pytest.mark.benchmark(group="weighted-1-to-8-of-10")
-@pytest.mark.parametrize("impl", ["pylimiter-c", "asyncio.Condition",
+@pytest.mark.parametrize("impl", ["c", "asyncio.Condition",
                                   "asyncio.Semaphore-k-times"])
 def test_weighted_fifo(benchmark, loop, impl):
     run, result = _weighted(impl)
     benchmark.extra_info["ops"] = 300
     benchmark.pedantic(lambda: loop.run_until_complete(run()), rounds=3)
     benchmark.extra_info.update(result)
-    if impl == "pylimiter-c":
+    if impl == "c":
         assert result["overtakes"] == 0 and not result["deadlocked"]

@@ -1,29 +1,13 @@
-"""Static HTML report with PNG plots (matplotlib, no display needed)."""
+"""The benchmark grid's plots and page, on the shared report kit."""
 
 from __future__ import annotations
 
-import html
 import math
 from pathlib import Path
 
+from ..spark.report import ReportPage, environment, pyplot as _plt, save_figure
+
 IMPL_COLORS = {"c": "#1f77b4", "python": "#ff7f0e", "anchor": "#7f7f7f"}
-
-
-def _plt():
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
-
-
-def save(plt, fig, path: Path) -> bool:
-    """Write a finished figure as PNG and free it (pyplot keeps figures alive)."""
-    fig.tight_layout()
-    fig.savefig(path, dpi=90)
-    plt.close(fig)
-    return True
 
 
 def _ok(v) -> bool:
@@ -52,7 +36,7 @@ def plot_throughput(summary, path: Path) -> bool:
         ax.set_title(f"{s}: throughput vs concurrency")
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
-    return save(plt, fig, path)
+    return bool(save_figure(fig, path))
 
 
 def plot_latency(results, path: Path) -> bool:
@@ -81,7 +65,7 @@ def plot_latency(results, path: Path) -> bool:
     ax.legend([b1["boxes"][0], b2["boxes"][0]], ["p50", "p99"], fontsize=8)
     ax.set_title("wait-latency distribution over trials")
     ax.grid(alpha=0.3, axis="y")
-    return save(plt, fig, path)
+    return bool(save_figure(fig, path))
 
 
 def plot_speedup(summary, path: Path) -> bool:
@@ -102,7 +86,7 @@ def plot_speedup(summary, path: Path) -> bool:
     handles = [plt.Rectangle((0, 0), 1, 1, color=IMPL_COLORS[i]) for i in ("c", "python")]
     ax.legend(handles, ["pylimiter C", "pylimiter pure Python"], fontsize=8)
     ax.grid(alpha=0.3, axis="y")
-    return save(plt, fig, path)
+    return bool(save_figure(fig, path))
 
 
 def plot_scaling(scaling, scaling_trials, path: Path) -> bool:
@@ -123,26 +107,10 @@ def plot_scaling(scaling, scaling_trials, path: Path) -> bool:
     ax.set_title("per-core scaling (flat = no shared bottleneck)")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
-    return save(plt, fig, path)
-
-
-def _table(df, floats="{:.2f}") -> str:
-    if df is None or df.empty:
-        return "<p>(none)</p>"
-    head = "".join(f"<th>{html.escape(str(c))}</th>" for c in df.columns)
-    rows = []
-    for r in df.itertuples(index=False):
-        cells = []
-        for v in r:
-            if isinstance(v, float):
-                v = "" if math.isnan(v) else (floats.format(v) if abs(v) < 100 else f"{v:.0f}")
-            cells.append(f"<td>{html.escape(str(v if v is not None else ''))}</td>")
-        rows.append("<tr>" + "".join(cells) + "</tr>")
-    return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
+    return bool(save_figure(fig, path))
 
 
 def write_report(out: Path, summary, results, scaling, scaling_trials, meta: dict) -> Path:
-    out.mkdir(parents=True, exist_ok=True)
     figs = []
     if summary is not None:
         if plot_throughput(summary, out / "throughput.png"):
@@ -153,27 +121,20 @@ def write_report(out: Path, summary, results, scaling, scaling_trials, meta: dic
         figs.append(("Wait-latency distribution", "latency.png"))
     if plot_scaling(scaling, scaling_trials, out / "scaling.png"):
         figs.append(("Per-core scaling", "scaling.png"))
-    parts = [
-        "<!doctype html><html><head><meta charset='utf-8'><title>pylimiter benchmarks</title>",
-        "<style>body{font-family:sans-serif;margin:2em;max-width:1400px}"
-        "table{border-collapse:collapse;font-size:12px}td,th{border:1px solid #ccc;"
-        "padding:2px 6px;text-align:right}th{background:#eee}</style></head><body>",
-        "<h1>pylimiter benchmark grid</h1>",
-        "<p>" + html.escape(
-            f"master={meta.get('master')}  trials={meta.get('trials')}  "
-            f"elapsed={meta.get('elapsed_s', 0):.0f}s  args: {meta.get('argv') or '(defaults)'}")
-        + "</p>",
-        "<p>Each trial runs the implementation and its stdlib anchor alternately in one "
-        "executor process; speed-up = anchor ns/op divided by pylimiter ns/op of that "
-        "trial. Medians and IQR are over trials (repeats spread over executors).</p>",
-    ]
+    page = ReportPage(
+        "pylimiter benchmark grid",
+        subtitle=f"master={meta.get('master')}  trials={meta.get('trials')}  "
+                 f"elapsed={meta.get('elapsed_s', 0):.0f} s",
+        command=f"python -m pylimiter.bench {meta.get('argv') or ''}".strip(),
+        env=environment(meta.get("spark_version")))
+    page.paragraph("Each trial runs the implementation and its stdlib anchor alternately in one "
+                   "executor process; speed-up = anchor ns/op divided by pylimiter ns/op of that "
+                   "trial. Medians and IQR are over trials (repeats spread over executors).")
     for title, png in figs:
-        parts.append(f"<h2>{html.escape(title)}</h2><img src='{png}' alt='{html.escape(title)}'>")
-    parts.append("<h2>Summary</h2>" + _table(summary))
+        page.figure(png, title=title)
+    page.table(summary, title="Summary")
     if scaling is not None:
-        parts.append("<h2>Scaling</h2>" + _table(scaling))
-    parts.append("<p>Raw rows: results.parquet / results.csv, trials.parquet, "
-                 "summary.*, scaling.*</p></body></html>")
-    index = out / "index.html"
-    index.write_text("\n".join(parts), encoding="utf-8")
-    return index
+        page.table(scaling, title="Scaling")
+    page.files(["results.parquet", "results.csv", "trials.parquet", "summary.*", "scaling.*"],
+               "Raw rows")
+    return page.write(out)

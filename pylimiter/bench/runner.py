@@ -16,18 +16,13 @@ hammering a limiter of its own; per-executor throughput should stay flat.
 from __future__ import annotations
 
 import argparse
-import os
 import random
-import socket
 import sys
-import tempfile
-import threading
 import time
-import uuid
 from pathlib import Path
-from typing import Optional
-from urllib.parse import urlparse
 
+from ..spark.progress import JobProgress
+from ..spark.session import UsageError, check_master, spark_session, write_table
 from .scenarios import IMPLEMENTATIONS, SCENARIOS
 
 PROG = "python -m pylimiter.bench"
@@ -52,10 +47,6 @@ RESULT_FIELDS = [
     ("errors", "long"), ("leaked_permits", "long"), ("host", "string"),
     ("pid", "int"), ("worker", "string"), ("seconds", "double"), ("failure", "string"),
 ]
-
-
-class UsageError(Exception):
-    """Bad input: one line to stderr, exit status 2."""
 
 
 # ---- arguments -------------------------------------------------------------------
@@ -153,72 +144,7 @@ def expand_grid(args) -> list[dict]:
     return trials
 
 
-def check_master(master: str, timeout: float = 3.0) -> None:
-    """Fail fast, in one line, on a master nobody answers; Spark itself would
-    retry for a minute and then print a Java stack trace."""
-    if master.startswith("local"):
-        return
-    if master in ("yarn",):
-        return  # resolved by HADOOP_CONF_DIR; Spark's own error is clear enough
-    if master.startswith("spark://"):
-        hostports = master[len("spark://"):].split(",")
-    elif master.startswith("k8s://"):
-        u = urlparse(master[len("k8s://"):])
-        if not u.hostname:
-            raise UsageError(f"cannot parse Kubernetes master URL {master!r}")
-        hostports = [f"{u.hostname}:{u.port or (443 if u.scheme == 'https' else 80)}"]
-    else:
-        raise UsageError(f"unsupported master URL {master!r} "
-                         "(use local[N], spark://host:port, yarn or k8s://...)")
-    errors = []
-    for hp in hostports:
-        host, _, port = hp.rpartition(":")
-        try:
-            with socket.create_connection((host, int(port)), timeout=timeout):
-                return
-        except (OSError, ValueError) as exc:
-            errors.append(f"{hp}: {exc.strerror if isinstance(exc, OSError) and exc.strerror else exc}")
-    raise UsageError(f"Spark master {master} does not answer ({'; '.join(errors)})")
-
-
 # ---- Spark -----------------------------------------------------------------------
-
-
-def _quiet_log4j(path: Path) -> Path:
-    path.write_text(
-        "rootLogger.level = error\n"
-        "rootLogger.appenderRef.stderr.ref = console\n"
-        "appender.console.type = Console\n"
-        "appender.console.name = console\n"
-        "appender.console.target = SYSTEM_ERR\n"
-        "appender.console.layout.type = PatternLayout\n"
-        "appender.console.layout.pattern = %d{HH:mm:ss} %p %c{1}: %m%n\n"
-    )
-    return path
-
-
-def start_spark(master: str, workdir: Path):
-    # Executors must run the interpreter that has pylimiter installed; on a
-    # cluster, ship a venv archive and point PYSPARK_PYTHON at it instead
-    # (benchmarks/README.md), so an explicit setting wins.
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
-    from pyspark.sql import SparkSession
-
-    log4j = _quiet_log4j(workdir / "log4j2.properties")
-    b = (SparkSession.builder.master(master).appName("pylimiter-bench")
-         .config("spark.ui.enabled", "false")
-         .config("spark.ui.showConsoleProgress", "false")
-         .config("spark.driver.extraJavaOptions", f"-Dlog4j2.configurationFile=file:{log4j}")
-         .config("spark.sql.shuffle.partitions", "4")
-         .config("spark.python.worker.reuse", "true"))
-    if master.startswith("local"):
-        # Nothing outside this machine needs to reach the driver.
-        b = (b.config("spark.driver.host", "127.0.0.1")
-             .config("spark.driver.bindAddress", "127.0.0.1"))
-    spark = b.getOrCreate()
-    spark.sparkContext.setLogLevel("ERROR")
-    return spark
 
 
 def _run_trials_partition(rows):
@@ -274,51 +200,6 @@ def result_schema():
     return T.StructType([T.StructField(n, kinds[k], True) for n, k in RESULT_FIELDS])
 
 
-class _Progress:
-    """A progress bar over the finished tasks of one Spark job group, polled
-    from the status tracker (tasks finish on executors; the driver only sees
-    counts)."""
-
-    def __init__(self, sc, group: str, total: int, label: str, enabled: bool):
-        self.sc, self.group, self.total, self.label = sc, group, total, label
-        self.enabled = enabled and total > 0
-        self._stop = threading.Event()
-        self._thread: Optional[threading.Thread] = None
-
-    def _done(self) -> int:
-        tr = self.sc.statusTracker()
-        done = 0
-        for jid in tr.getJobIdsForGroup(self.group):
-            info = tr.getJobInfo(jid)
-            for sid in (info.stageIds if info else []):
-                st = tr.getStageInfo(sid)
-                if st:
-                    done += st.numCompletedTasks
-        return min(done, self.total)
-
-    def _poll(self):
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
-
-        with Progress("[progress.description]{task.description}", BarColumn(),
-                      MofNCompleteColumn(), TimeElapsedColumn(), transient=False) as bar:
-            task = bar.add_task(self.label, total=self.total)
-            while not self._stop.wait(0.5):
-                bar.update(task, completed=self._done())
-            bar.update(task, completed=self._done())
-
-    def __enter__(self):
-        self.sc.setJobGroup(self.group, self.label)
-        if self.enabled:
-            self._thread = threading.Thread(target=self._poll, daemon=True)
-            self._thread.start()
-        return self
-
-    def __exit__(self, *exc):
-        self._stop.set()
-        if self._thread:
-            self._thread.join()
-
-
 def run_grid(spark, trials: list[dict], progress: bool):
     from pyspark.sql import types as T
 
@@ -335,7 +216,7 @@ def run_grid(spark, trials: list[dict], progress: bool):
     trials_df = spark.createDataFrame(sc.parallelize(rows, len(rows)), trial_schema)
     results = spark.createDataFrame(trials_df.rdd.mapPartitions(_run_trials_partition),
                                     result_schema()).cache()
-    with _Progress(sc, f"grid-{uuid.uuid4().hex}", len(rows), "trials", progress):
+    with JobProgress(sc, "trials", len(rows), progress):
         results.count()
     return trials_df, results
 
@@ -346,7 +227,7 @@ def run_scaling(spark, impls, kmax: int, repeats: int, budget: float, progress: 
     sc = spark.sparkContext
     parts = []
     total = sum(k for k in range(1, kmax + 1)) * len(impls) * repeats
-    with _Progress(sc, f"scaling-{uuid.uuid4().hex}", total, "scaling", progress):
+    with JobProgress(sc, "scaling", total, progress):
         for r in range(repeats):
             for impl in impls:
                 for k in range(1, kmax + 1):
@@ -390,12 +271,6 @@ ORDER BY impl, concurrency
 """
 
 
-def _write(df, out: Path, name: str) -> None:
-    # coalesce(1): these are small tables; one part file each is easier to use.
-    df.coalesce(1).write.mode("overwrite").parquet(str(out / f"{name}.parquet"))
-    df.coalesce(1).write.mode("overwrite").option("header", True).csv(str(out / f"{name}.csv"))
-
-
 def print_summary(summary_pdf, scaling_pdf, console=None) -> None:
     from rich.console import Console
     from rich.table import Table
@@ -427,11 +302,14 @@ def print_summary(summary_pdf, scaling_pdf, console=None) -> None:
         console.print(s)
 
 
-def main(argv=None) -> int:
+def main(argv=None, *, spark=None) -> int:
+    """The CLI.  ``spark``: an existing session to run on (left running);
+    by default one is started for --master and stopped at the end."""
     ap = build_parser()
     args = ap.parse_args(argv)   # usage errors: argparse's one line, exit 2
     try:
-        check_master(args.master)
+        if spark is None:
+            check_master(args.master)
         trials = expand_grid(args)
         if not trials and args.scaling == 0:
             raise UsageError("the grid is empty: nothing to run")
@@ -447,46 +325,46 @@ def main(argv=None) -> int:
     out = args.out
     out.mkdir(parents=True, exist_ok=True)
     progress = not args.no_progress
-    spark = None
     try:
-        with tempfile.TemporaryDirectory(prefix="plim-spark-") as tmp:
+        with spark_session(args.master, app_name="pylimiter-bench", spark=spark) as session:
             t0 = time.time()
-            spark = start_spark(args.master, Path(tmp))
-            sc = spark.sparkContext
+            sc = session.sparkContext
             cores = sc.defaultParallelism
-            print(f"Spark {spark.version} master={sc.master} parallelism={cores} "
+            spark_version = session.version
+            print(f"Spark {spark_version} master={sc.master} parallelism={cores} "
                   f"trials={len(trials)} python={sys.executable}", flush=True)
             scaling_df = None
             if trials:
-                trials_df, results = run_grid(spark, trials, progress)
-                _write(trials_df, out, "trials")
-                _write(results, out, "results")
+                trials_df, results = run_grid(session, trials, progress)
+                write_table(trials_df, out, "trials")
+                write_table(results, out, "results")
                 results.createOrReplaceTempView("trials")
-                summary = spark.sql(SUMMARY_SQL)
-                _write(summary, out, "summary")
+                summary = session.sql(SUMMARY_SQL)
+                write_table(summary, out, "summary")
                 summary_pdf = summary.toPandas()
                 results_pdf = results.toPandas()
+                results.unpersist()
             else:
                 summary_pdf = results_pdf = None
             kmax = cores if args.scaling < 0 else args.scaling
             scaling_pdf = scaling_trials_pdf = None
             if kmax > 0 and ("scaling" in args.scenarios or args.scaling != 0):
-                scaling_df = run_scaling(spark, args.impls, kmax, args.repeats,
+                scaling_df = run_scaling(session, args.impls, kmax, args.repeats,
                                          args.budget, progress)
                 scaling_df.createOrReplaceTempView("scaling")
-                scaling_sum = spark.sql(SCALING_SQL)
-                _write(scaling_df, out, "scaling_trials")
-                _write(scaling_sum, out, "scaling")
+                scaling_sum = session.sql(SCALING_SQL)
+                write_table(scaling_df, out, "scaling_trials")
+                write_table(scaling_sum, out, "scaling")
                 scaling_pdf = scaling_sum.toPandas()
                 scaling_trials_pdf = scaling_df.toPandas()
             elapsed = time.time() - t0
+    except UsageError as exc:
+        print(f"{PROG}: error: {exc}", file=sys.stderr)
+        return 2
     except Exception as exc:
         msg = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         print(f"{PROG}: error: {type(exc).__name__}: {msg}", file=sys.stderr)
         return 1
-    finally:
-        if spark is not None:
-            spark.stop()
 
     print_summary(summary_pdf, scaling_pdf)
     bad = []
@@ -500,7 +378,8 @@ def main(argv=None) -> int:
 
         index = write_report(out, summary_pdf, results_pdf, scaling_pdf, scaling_trials_pdf,
                              meta={"master": args.master, "elapsed_s": elapsed,
-                                   "trials": len(trials), "argv": " ".join(sys.argv[1:])})
+                                   "trials": len(trials), "spark_version": spark_version,
+                                   "argv": " ".join(sys.argv[1:] if argv is None else argv)})
         print(f"report: {index.resolve()}")
     print(f"data: {out.resolve()} (trials, results, summary, scaling as Parquet and CSV); "
           f"{elapsed:.0f} s")

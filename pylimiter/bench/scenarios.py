@@ -20,9 +20,8 @@ from dataclasses import dataclass
 from typing import Callable, Optional
 
 from .._common import LimitType
-from .._testing import C, PY
+from .._impls import IMPLEMENTATIONS
 
-IMPLEMENTATIONS = {"c": C, "python": PY}
 
 
 @dataclass(frozen=True)

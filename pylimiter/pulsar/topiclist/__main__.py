@@ -1,4 +1,4 @@
-"""python -m pylimiter.topiclist {broker,proxy,load} ..."""
+"""python -m pylimiter.pulsar.topiclist {broker,proxy,load} ..."""
 
 from __future__ import annotations
 
@@ -11,19 +11,15 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
-PROG = "python -m pylimiter.topiclist"
+PROG = "python -m pylimiter.pulsar.topiclist"
 
 
 def _limit_args(ap):
-    g = ap.add_argument_group("PIP-442 limits (override the config file)")
-    g.add_argument("--config", type=Path, help="broker.conf/proxy.conf-style properties file")
-    for flag, field, typ in (("--heap-mb", "heap_mb", float), ("--direct-mb", "direct_mb", float),
-                             ("--heap-timeout-ms", "heap_timeout_ms", int),
-                             ("--direct-timeout-ms", "direct_timeout_ms", int),
-                             ("--heap-queue", "heap_queue", int),
-                             ("--direct-queue", "direct_queue", int)):
-        g.add_argument(flag, dest=field, type=typ, default=None, help="0 disables"
-                       if "mb" in flag else None)
+    from .limits import add_setting_flags
+
+    group = ap.add_argument_group("PIP-442 limits (override the config file)")
+    group.add_argument("--config", type=Path, help="broker.conf/proxy.conf-style properties file")
+    add_setting_flags(group)
     ap.add_argument("--host", default="127.0.0.1", help="listen address (default 127.0.0.1)")
     ap.add_argument("--port", type=int, default=0, help="binary protocol port (0: any free)")
     ap.add_argument("--admin-port", type=int, default=0, help="admin/metrics HTTP port (0: any free)")
@@ -57,26 +53,20 @@ def build_parser():
 
 
 def _config(args):
-    from .limits import ConfigError, TopicListConfig
+    from .limits import ConfigError, TopicListConfig, setting_overrides
 
     try:
         cfg = TopicListConfig.from_properties(args.config) if args.config else TopicListConfig()
-        over = {k: getattr(args, k) for k in ("heap_mb", "direct_mb", "heap_timeout_ms",
-                                               "direct_timeout_ms", "heap_queue", "direct_queue")
-                if getattr(args, k) is not None}
-        return replace(cfg, **over)
+        return replace(cfg, **setting_overrides(args))
     except (ConfigError, OSError) as exc:
         raise SystemExit(f"{PROG}: error: {exc}")
 
 
 async def _serve(service):
     await service.start()
-    c = service.limiter.config
     print(f"{service.role}: {service.service_url}  admin: {service.admin_url}  "
           f"(metrics {service.admin_url}/metrics)", flush=True)
-    print(f"limits: heap {c.heap_mb:g} MB, direct {c.direct_mb:g} MB, timeouts "
-          f"{c.heap_timeout_ms}/{c.direct_timeout_ms} ms, queues {c.heap_queue}/{c.direct_queue}"
-          " (0 MB: disabled)", flush=True)
+    print(f"limits: {service.limiter.config.describe()}", flush=True)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -123,7 +113,7 @@ def main(argv=None) -> int:
             print(f"{PROG}: error: {exc}", file=sys.stderr)
             return 2
     else:
-        from .load import run_load
+        from .loadgen import run_load
 
         if args.connections < 1 or args.duration <= 0:
             print(f"{PROG}: error: --connections must be >= 1 and --duration > 0",

@@ -25,10 +25,11 @@ pytest.importorskip("google.protobuf")
 pytest.importorskip("aiohttp")
 
 from pylimiter import LimitType  # noqa: E402
-from pylimiter.topiclist import protocol as P  # noqa: E402
-from pylimiter.topiclist.broker import Broker, TopicStore, generated_topics  # noqa: E402
-from pylimiter.topiclist.limits import ConfigError, TopicListConfig  # noqa: E402
-from pylimiter.topiclist.proxy import Proxy  # noqa: E402
+from pylimiter.pulsar.topiclist import protocol  # noqa: E402
+from pylimiter.pulsar.topiclist.protocol import CommandType  # noqa: E402
+from pylimiter.pulsar.topiclist.broker import Broker, TopicStore, generated_topics  # noqa: E402
+from pylimiter.pulsar.topiclist.limits import ConfigError, TopicListConfig  # noqa: E402
+from pylimiter.pulsar.topiclist.proxy import Proxy  # noqa: E402
 
 HEAP, DIRECT = LimitType.HEAP_MEMORY, LimitType.DIRECT_MEMORY
 NS = "public/default"
@@ -108,8 +109,42 @@ def test_config_file_and_defaults(tmp_path):
         TopicListConfig(heap_mb=-1)
 
 
+def test_each_setting_declared_once_reaches_file_flags_startup_and_admin(tmp_path):
+    """One declaration per setting: the Pulsar key read from the file, the
+    flag, the start-up line and the admin API all come from it."""
+    import argparse
+    from dataclasses import fields
+
+    from pylimiter.pulsar.topiclist.limits import add_setting_flags, setting_overrides
+
+    decl = fields(TopicListConfig)
+    assert [f.name for f in decl] == ["heap_mb", "direct_mb", "heap_timeout_ms",
+                                      "direct_timeout_ms", "heap_queue", "direct_queue"]
+    f = tmp_path / "broker.conf"
+    f.write_text("".join(f"{d.metadata['key']}={i + 1}\n" for i, d in enumerate(decl)))
+    cfg = TopicListConfig.from_properties(f)
+    assert [getattr(cfg, d.name) for d in decl] == [1, 2, 3, 4, 5, 6]
+    ap = argparse.ArgumentParser()
+    add_setting_flags(ap)
+    flags = ["--heap-mb", "0.5", "--direct-timeout-ms", "7", "--heap-queue", "9"]
+    over = setting_overrides(ap.parse_args(flags))
+    assert over == {"heap_mb": 0.5, "direct_timeout_ms": 7, "heap_queue": 9}
+    help_text = "".join(ap.format_help().split())    # argparse wraps long keys
+    for d in decl:
+        assert d.metadata["key"] in help_text
+    line = cfg.describe()
+    assert all(f"{d.name} {i + 1} {d.metadata['unit']}" in line for i, d in enumerate(decl))
+
+    async def admin():
+        async with running(Broker(cfg, store=store_with())) as b:
+            st, body = await ahttp("GET", f"{b.admin_url}/admin/limits")
+            assert st == 200 and json.loads(body) == {d.name: i + 1 for i, d in enumerate(decl)}
+    asyncio.run(admin())
+
+
+@pytest.mark.slow
 def test_cli_broker_starts_with_no_arguments():
-    proc = subprocess.Popen([sys.executable, "-m", "pylimiter.topiclist", "broker"],
+    proc = subprocess.Popen([sys.executable, "-m", "pylimiter.pulsar.topiclist", "broker"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         lines = [proc.stdout.readline() for _ in range(3)]
@@ -117,6 +152,7 @@ def test_cli_broker_starts_with_no_arguments():
                       lines[1])
         assert m, lines
         assert "public/default (1000 topics)" in lines[0]
+        assert lines[2].startswith("limits: heap_mb 100 MB, direct_mb 100 MB"), lines
         status, body = http("GET", f"http://127.0.0.1:{m[2]}/admin/namespaces/public/default/topics")
         assert status == 200 and len(json.loads(body)) == 1000
     finally:
@@ -130,13 +166,13 @@ def test_cli_broker_starts_with_no_arguments():
 def test_get_topics_modes_pattern_and_hash():
     async def main():
         async with running(Broker(TopicListConfig(), store=store_with())) as b:
-            c = await P.ClientConnection.open(b.service_url)
+            c = await protocol.ClientConnection.open(b.service_url)
             assert c.connected.feature_flags.supports_topic_watchers
             r, _ = await c.get_topics(NS)
             assert list(r.topics) == TOPICS[:3] and not r.filtered and r.changed
-            r, _ = await c.get_topics(NS, mode=P.Mode.NON_PERSISTENT)
+            r, _ = await c.get_topics(NS, mode=protocol.Mode.NON_PERSISTENT)
             assert list(r.topics) == TOPICS[3:]
-            r, _ = await c.get_topics(NS, mode=P.Mode.ALL)
+            r, _ = await c.get_topics(NS, mode=protocol.Mode.ALL)
             assert list(r.topics) == TOPICS
             r, _ = await c.get_topics(NS, pattern="persistent://public/default/orders-.*")
             assert list(r.topics) == TOPICS[:2] and r.filtered
@@ -151,7 +187,7 @@ def test_get_topics_modes_pattern_and_hash():
 def test_watch_success_update_and_close():
     async def main():
         async with running(Broker(TopicListConfig(), store=store_with())) as b:
-            c = await P.ClientConnection.open(b.service_url)
+            c = await protocol.ClientConnection.open(b.service_url)
             ok = await c.watch(NS, "persistent://public/default/orders-.*", watcher_id=7)
             assert sorted(ok.topic) == TOPICS[:2] and ok.watcher_id == 7
             assert (await ahttp("POST", f"{b.admin_url}/admin/topics?name="
@@ -159,7 +195,7 @@ def test_watch_success_update_and_close():
             await ahttp("POST", f"{b.admin_url}/admin/topics?name=persistent://public/default/zzz")
             u = await asyncio.wait_for(c.updates.get(), 5)
             assert list(u.new_topics) == ["persistent://public/default/orders-3"]
-            assert u.topics_hash == P.topics_hash(TOPICS[:2] + ["persistent://public/default/orders-3"])
+            assert u.topics_hash == protocol.topics_hash(TOPICS[:2] + ["persistent://public/default/orders-3"])
             assert (await ahttp("DELETE", f"{b.admin_url}/admin/topics?name={TOPICS[0]}"))[0] == 200
             u = await asyncio.wait_for(c.updates.get(), 5)
             assert list(u.deleted_topics) == [TOPICS[0]] and not u.new_topics
@@ -178,14 +214,14 @@ def test_watch_success_update_and_close():
 def test_unknown_namespace_and_bad_pattern():
     async def main():
         async with running(Broker(TopicListConfig(), store=store_with())) as b:
-            c = await P.ClientConnection.open(b.service_url)
-            with pytest.raises(P.RequestError) as e:
+            c = await protocol.ClientConnection.open(b.service_url)
+            with pytest.raises(protocol.RequestError) as e:
                 await c.get_topics("public/nope")
-            assert e.value.code == P.ServerError.MetadataError
+            assert e.value.code == protocol.ServerError.MetadataError
             assert "public/nope does not exist" in e.value.server_message
-            with pytest.raises(P.RequestError) as e:
+            with pytest.raises(protocol.RequestError) as e:
                 await c.get_topics(NS, pattern="persistent://public/default/(")
-            assert e.value.code == P.ServerError.InvalidTopicName
+            assert e.value.code == protocol.ServerError.InvalidTopicName
             r, _ = await c.get_topics(NS)   # the connection still serves
             assert len(r.topics) == 3
             await c.close()
@@ -205,12 +241,12 @@ def test_queue_full_answers_too_many_requests():
         async with running(Broker(_tiny(), store=store_with())) as b:
             heap = pool(b, HEAP)
             hold = await b.limiter.dual.acquire(heap.max_permits, HEAP)  # the pool is taken
-            c = await P.ClientConnection.open(b.service_url)
+            c = await protocol.ClientConnection.open(b.service_url)
             first = asyncio.ensure_future(c.get_topics(NS))
             await until(lambda: heap.queue_size == 1, what="first request queued")
-            with pytest.raises(P.RequestError) as e:
+            with pytest.raises(protocol.RequestError) as e:
                 await c.get_topics(NS)
-            assert e.value.code == P.ServerError.TooManyRequests
+            assert e.value.code == protocol.ServerError.TooManyRequests
             assert "queue being full" in e.value.server_message
             b.limiter.dual.release(hold)
             r, _ = await first                     # the queued one is served
@@ -226,10 +262,10 @@ def test_permit_timeout_answers_too_many_requests_and_counts():
         async with running(Broker(_tiny(heap_timeout_ms=50, heap_queue=10),
                                   store=store_with())) as b:
             hold = await b.limiter.dual.acquire(pool(b, HEAP).max_permits, HEAP)
-            c = await P.ClientConnection.open(b.service_url)
-            with pytest.raises(P.RequestError) as e:
+            c = await protocol.ClientConnection.open(b.service_url)
+            with pytest.raises(protocol.RequestError) as e:
                 await c.get_topics(NS)
-            assert e.value.code == P.ServerError.TooManyRequests
+            assert e.value.code == protocol.ServerError.TooManyRequests
             assert "timeout acquiring heap memory" in e.value.server_message
             _, text = await ahttp("GET", f"{b.admin_url}/metrics")
             assert 'pulsar_broker_topic_list_heap_timeout_total{cluster="standalone"} 1.0' in text
@@ -244,7 +280,7 @@ def test_client_disconnect_while_waiting_leaks_nothing():
         async with running(Broker(_tiny(heap_queue=10), store=store_with())) as b:
             heap = pool(b, HEAP)
             hold = await b.limiter.dual.acquire(heap.max_permits, HEAP)
-            c = await P.ClientConnection.open(b.service_url)
+            c = await protocol.ClientConnection.open(b.service_url)
             for _ in range(3):
                 asyncio.ensure_future(c.get_topics(NS, timeout=None))
             await until(lambda: heap.queue_size == 3, what="3 queued")
@@ -272,15 +308,15 @@ def test_malformed_frames_close_the_connection_not_the_server(junk):
     async def main():
         async with running(Broker(TopicListConfig(), store=store_with())) as b:
             r, w = await asyncio.open_connection("127.0.0.1", b.port)
-            w.write(P.encode(P.cmd(P.T.CONNECT, "connect", client_version="t")))
-            first, _ = await P.read_command(r)
-            assert first.type == P.T.CONNECTED
+            w.write(protocol.encode(protocol.cmd(CommandType.CONNECT, "connect", client_version="t")))
+            first, _ = await protocol.read_command(r)
+            assert first.type == CommandType.CONNECTED
             w.write(junk)
             if junk == b"\x00\x00":
                 w.write_eof()
             assert await asyncio.wait_for(r.read(), 5) == b""   # closed by the server
             w.close()
-            c = await P.ClientConnection.open(b.service_url)  # still serving
+            c = await protocol.ClientConnection.open(b.service_url)  # still serving
             assert len((await c.get_topics(NS))[0].topics) == 3
             await c.close()
     asyncio.run(main())
@@ -290,18 +326,18 @@ def test_unknown_command_and_missing_connect_get_errors():
     async def main():
         async with running(Broker(TopicListConfig(), store=store_with())) as b:
             r, w = await asyncio.open_connection("127.0.0.1", b.port)
-            w.write(P.encode(P.cmd(P.T.PING, "ping")))      # before CONNECT
-            resp, _ = await P.read_command(r)
-            assert resp.type == P.T.ERROR and "CONNECT" in resp.error.message
+            w.write(protocol.encode(protocol.cmd(CommandType.PING, "ping")))      # before CONNECT
+            resp, _ = await protocol.read_command(r)
+            assert resp.type == CommandType.ERROR and "CONNECT" in resp.error.message
             assert await asyncio.wait_for(r.read(), 5) == b""
             w.close()
             r, w = await asyncio.open_connection("127.0.0.1", b.port)
-            w.write(P.encode(P.cmd(P.T.CONNECT, "connect", client_version="t")))
-            w.write(P.encode(P.BaseCommand(type=P.T.PRODUCER)))   # not offered here
-            w.write(P.encode(P.cmd(P.T.PING, "ping")))
-            kinds = [(await P.read_command(r))[0] for _ in range(3)]
-            assert [k.type for k in kinds] == [P.T.CONNECTED, P.T.ERROR, P.T.PONG]
-            assert kinds[1].error.error == P.ServerError.NotAllowedError
+            w.write(protocol.encode(protocol.cmd(CommandType.CONNECT, "connect", client_version="t")))
+            w.write(protocol.encode(protocol.BaseCommand(type=CommandType.PRODUCER)))   # not offered here
+            w.write(protocol.encode(protocol.cmd(CommandType.PING, "ping")))
+            kinds = [(await protocol.read_command(r))[0] for _ in range(3)]
+            assert [k.type for k in kinds] == [CommandType.CONNECTED, CommandType.ERROR, CommandType.PONG]
+            assert kinds[1].error.error == protocol.ServerError.NotAllowedError
             assert "PRODUCER is not supported" in kinds[1].error.message
             w.close()
     asyncio.run(main())
@@ -311,10 +347,10 @@ def test_response_larger_than_the_direct_pool_is_capped_and_served():
     async def main():
         topics = generated_topics(NS, 200)            # ~7 KB response
         async with running(Broker(_tiny(heap_mb=1, direct_mb=1 / 1024), store=store_with(topics))) as b:
-            c = await P.ClientConnection.open(b.service_url)
+            c = await protocol.ClientConnection.open(b.service_url)
             r, size = await c.get_topics(NS)
             assert len(r.topics) == 200 and size > 1024
-            assert b.peak["direct"] == 1024          # held the whole pool, no more
+            assert b.limiter.peak["direct"] == 1024          # held the whole pool, no more
             await c.close()
             assert_all_back(b)
     asyncio.run(main())
@@ -337,7 +373,7 @@ def test_limits_change_at_run_time_and_metrics_names():
             assert st == 400 and "heap_mb" in body
             st, _ = await ahttp("PUT", f"{b.admin_url}/admin/limits", {"heap_timeout_ms": 5})
             assert st == 400
-            c = await P.ClientConnection.open(b.service_url)
+            c = await protocol.ClientConnection.open(b.service_url)
             await c.get_topics(NS)
             await c.close()
             _, text = await ahttp("GET", f"{b.admin_url}/metrics")
@@ -358,17 +394,17 @@ def test_proxy_forwards_topic_lists_under_its_own_limits():
     async def main():
         async with running(Broker(TopicListConfig(), store=store_with())) as b, \
                 running(Proxy(_tiny(heap_mb=1, heap_queue=10), broker_url=b.service_url)) as px:
-            c = await P.ClientConnection.open(px.service_url)
+            c = await protocol.ClientConnection.open(px.service_url)
             assert not c.connected.feature_flags.supports_topic_watchers
             r, _ = await c.get_topics(NS, pattern="persistent://public/default/orders-.*")
             assert list(r.topics) == TOPICS[:2] and r.filtered
-            with pytest.raises(P.RequestError) as e:
+            with pytest.raises(protocol.RequestError) as e:
                 await c.get_topics("public/nope")
-            assert e.value.code == P.ServerError.MetadataError
-            with pytest.raises(P.RequestError) as e:
+            assert e.value.code == protocol.ServerError.MetadataError
+            with pytest.raises(protocol.RequestError) as e:
                 await c.watch(NS, ".*", 1)
-            assert e.value.code == P.ServerError.NotAllowedError
-            assert px.peak["heap"] > 0 and px.peak["direct"] > 0
+            assert e.value.code == protocol.ServerError.NotAllowedError
+            assert px.limiter.peak["heap"] > 0 and px.limiter.peak["direct"] > 0
             _, text = await ahttp("GET", f"{px.admin_url}/metrics")
             assert "pulsar_proxy_topic_list_heap_memory_used_bytes" in text
             await c.close()
@@ -403,14 +439,14 @@ def test_memory_bound_holds_under_concurrent_load(via_proxy):
             outcomes = {"ok": 0, "tmr": 0}
 
             async def client():
-                c = await P.ClientConnection.open(svc.service_url)
+                c = await protocol.ClientConnection.open(svc.service_url)
                 for _ in range(3):
                     try:
                         r, _ = await c.get_topics(NS)
                         assert len(r.topics) == 2000
                         outcomes["ok"] += 1
-                    except P.RequestError as e:
-                        assert e.code == P.ServerError.TooManyRequests, e
+                    except protocol.RequestError as e:
+                        assert e.code == protocol.ServerError.TooManyRequests, e
                         outcomes["tmr"] += 1
                 await c.close()
 
@@ -423,7 +459,7 @@ def test_memory_bound_holds_under_concurrent_load(via_proxy):
             # seen: sampled between steps; peak: recorded at every grant.
             for t, name in ((HEAP, "heap"), (DIRECT, "direct")):
                 assert seen[t] <= limits[t], (t, seen[t], limits[t])
-                assert 0 < svc.peak[name] <= limits[t], (t, svc.peak[name], limits[t])
+                assert 0 < svc.limiter.peak[name] <= limits[t], (t, svc.limiter.peak[name], limits[t])
             await until(lambda: not svc.connections, what="clients gone")
             assert_all_back(svc)
             assert_all_back(b)
@@ -517,7 +553,7 @@ def test_pulsar_client_regex_subscription(pulsar_services, via_proxy):
 
 
 def test_load_generator_counts_responses_rejections_and_reads_server_peaks():
-    from pylimiter.topiclist.load import run_load
+    from pylimiter.pulsar.topiclist.loadgen import run_load
 
     async def main():
         async with running(Broker(_tiny(heap_mb=1, heap_timeout_ms=50, heap_queue=100),

@@ -1,4 +1,9 @@
-"""Implementation facade shared by tests/ and benchmarks/."""
+"""The two implementations, by name: shared by tests/, benchmarks/ and the
+benchmark runner shipped in pylimiter.bench.
+
+One spelling everywhere: "c" for the extension, "python" for the pure twin
+(test ids, the bench CLI's --impls, asv params, the micro suite).
+"""
 
 from __future__ import annotations
 
@@ -9,13 +14,13 @@ from types import ModuleType
 
 @dataclass(frozen=True)
 class LimiterImplementation:
-    """One of the two implementations: tag "c" or "py"."""
+    """One of the two implementations: tag "c" or "python"."""
 
     is_pure_python: bool
 
     @property
     def tag(self) -> str:
-        return "py" if self.is_pure_python else "c"
+        return "python" if self.is_pure_python else "c"
 
     @property
     def module(self) -> ModuleType:
@@ -28,3 +33,5 @@ class LimiterImplementation:
 
 C = LimiterImplementation(is_pure_python=False)
 PY = LimiterImplementation(is_pure_python=True)
+#: tag -> implementation
+IMPLEMENTATIONS = {impl.tag: impl for impl in (C, PY)}

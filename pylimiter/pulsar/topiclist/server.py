@@ -22,35 +22,23 @@ import resource
 import sys
 from typing import Optional
 
-from .. import (
-    LimitType,
-    PermitAcquireAlreadyClosedError,
-    PermitAcquireCancelledError,
-    PermitAcquireQueueFullError,
-    PermitAcquireTimeoutError,
+from pylimiter import PermitAcquireAlreadyClosedError, PermitAcquireCancelledError
+
+from . import protocol
+from .limits import (
+    DIRECT,
+    HEAP,
+    LimitFailed,
+    LimiterCollector,
+    TopicListConfig,
+    TopicListLimiter,
 )
-from . import protocol as P
-from .limits import LimiterCollector, TopicListConfig, TopicListLimiter
+from .protocol import CommandType
 
-log = logging.getLogger("pylimiter.topiclist")
+log = logging.getLogger("pylimiter.pulsar.topiclist")
 
-HEAP, DIRECT = LimitType.HEAP_MEMORY, LimitType.DIRECT_MEMORY
 INITIAL_ESTIMATE = 10 * 1024
 LOOPBACK = "127.0.0.1"
-
-
-class LimitFailed(Exception):
-    """A permit wait failed: answered with TooManyRequests."""
-
-    def __init__(self, message: str):
-        super().__init__(message)
-
-
-def too_many_requests_message(pool: LimitType, exc: Exception) -> str:
-    what = "heap" if pool is HEAP else "direct"
-    if isinstance(exc, PermitAcquireTimeoutError):
-        return f"Failed due to timeout acquiring {what} memory permits for topic list"
-    return f"Failed due to {what} memory permit queue being full for topic list"
 
 
 class ServiceBase:
@@ -61,14 +49,13 @@ class ServiceBase:
 
     def __init__(self, config: TopicListConfig, *, host: str = LOOPBACK, port: int = 0,
                  admin_port: Optional[int] = 0, cluster: str = "standalone",
-                 max_frame: int = P.DEFAULT_MAX_FRAME):
+                 max_frame: int = protocol.DEFAULT_MAX_FRAME):
         self.host, self.port, self.admin_port = host, port, admin_port
         self.cluster = cluster
         self.max_frame = max_frame
         self.limiter = TopicListLimiter(config)
         self.estimates: dict[str, int] = {}
         self.connections: set["ConnectionBase"] = set()
-        self.peak = {"heap": 0, "direct": 0}
         self.counters = {"requests": 0, "responses": 0, "too_many_requests": 0,
                          "errors": 0, "cancelled": 0}
         self._server: Optional[asyncio.AbstractServer] = None
@@ -101,8 +88,8 @@ class ServiceBase:
     async def stop(self):
         if self._server is not None:
             self._server.close()
-        for c in list(self.connections):
-            c.abort()
+        for conn in list(self.connections):
+            conn.abort()
         if self._server is not None:
             await self._server.wait_closed()
         if self._runner is not None:
@@ -118,20 +105,6 @@ class ServiceBase:
 
     def make_connection(self, reader, writer) -> "ConnectionBase":
         raise NotImplementedError
-
-    # ---- accounting ------------------------------------------------------------
-
-    def note_peak(self, pool: LimitType, dual) -> None:
-        """Called at every grant: a pool's use only rises at its own grants,
-        so this sees every peak.  One property read, not a stats snapshot,
-        since it is on every request's path."""
-        key = "heap" if pool is HEAP else "direct"
-        self.peak[key] = max(self.peak[key], dual.get_limiter(pool).acquired_permits)
-
-    def cap(self, pool: LimitType, n: int, dual=None) -> int:
-        sem = (dual or self.limiter.dual).get_limiter(pool)
-        m = sem.max_permits
-        return min(n, m) if m > 0 else n
 
     # ---- admin HTTP (aiohttp, loopback only) -----------------------------------
 
@@ -161,7 +134,7 @@ class ServiceBase:
                             headers={"Content-Type": CONTENT_TYPE_LATEST})
 
     def stats(self) -> dict:
-        return {"role": self.role, "limits": self.limiter.snapshot(), "peak_permits": self.peak,
+        return {"role": self.role, "limits": self.limiter.snapshot(), "peak_permits": self.limiter.peak,
                 "peak_rss_bytes": peak_rss_bytes(), "connections": len(self.connections),
                 **self.counters}
 
@@ -173,11 +146,7 @@ class ServiceBase:
     async def _h_get_limits(self, request):
         from aiohttp import web
 
-        c = self.limiter.config
-        return web.json_response({"heap_mb": c.heap_mb, "direct_mb": c.direct_mb,
-                                  "heap_timeout_ms": c.heap_timeout_ms,
-                                  "direct_timeout_ms": c.direct_timeout_ms,
-                                  "heap_queue": c.heap_queue, "direct_queue": c.direct_queue})
+        return web.json_response(self.limiter.config.as_dict())
 
     async def _h_put_limits(self, request):
         from aiohttp import web
@@ -213,7 +182,7 @@ class _ExtraCollector:
         for k in ("heap", "direct"):
             g = GaugeMetricFamily(f"{p}{k}_memory_peak_bytes",
                                   f"Highest {k} memory permits held at once", labels=["cluster"])
-            g.add_metric([self.s.cluster], self.s.peak[k])
+            g.add_metric([self.s.cluster], self.s.limiter.peak[k])
             yield g
         g = GaugeMetricFamily(f"{p}process_peak_rss_bytes", "Peak resident set size of the process",
                               labels=["cluster"])
@@ -231,6 +200,7 @@ class ConnectionBase:
 
     def __init__(self, service: ServiceBase, reader, writer):
         self.service = service
+        self.limiter = service.limiter
         self.reader, self.writer = reader, writer
         self.connected = False
         self.tasks: set[asyncio.Task] = set()
@@ -263,17 +233,18 @@ class ConnectionBase:
         try:
             while True:
                 try:
-                    c, size = await P.read_command(self.reader, self.service.max_frame)
-                except P.ProtocolError as exc:
+                    command, size = await protocol.read_command(self.reader,
+                                                                self.service.max_frame)
+                except protocol.ProtocolError as exc:
                     log.info("closing connection: %s", exc)
                     break
-                if c is None:
+                if command is None:
                     break
-                if not self.connected and c.type != P.T.CONNECT:
-                    self.send(P.error(0, P.ServerError.NotAllowedError,
+                if not self.connected and command.type != CommandType.CONNECT:
+                    self.send(protocol.error(0, protocol.ServerError.NotAllowedError,
                                       "expected CONNECT as the first command"))
                     break
-                keep = await self.dispatch(c, size)
+                keep = await self.dispatch(command, size)
                 if keep is False:
                     return  # the connection was handed off (proxy pipe)
         except (ConnectionError, OSError):
@@ -290,40 +261,28 @@ class ConnectionBase:
     async def on_close(self):
         pass
 
-    async def dispatch(self, c, size):
+    async def dispatch(self, command, size):
         raise NotImplementedError
 
     def send(self, command) -> None:
         """A small control frame (CONNECTED, PONG, SUCCESS, ERROR...), not
         memory-limited, as in Pulsar."""
         if not self.is_closed():
-            self.writer.write(P.encode(command))
+            self.writer.write(protocol.encode(command))
 
-    def unsupported(self, c):
-        self.send(P.error(0, P.ServerError.NotAllowedError,
-                          f"command {P.T.Name(c.type)} is not supported by this "
+    def unsupported(self, command):
+        self.send(protocol.error(0, protocol.ServerError.NotAllowedError,
+                          f"command {CommandType.Name(command.type)} is not supported by this "
                           f"topic-list {self.service.role}"))
-
-    async def _granted(self, pool: LimitType, dual, wait):
-        """Await a permit wait on `pool`; a timeout or a full queue becomes
-        LimitFailed (answered TooManyRequests), and the grant is counted in
-        the pool's peak."""
-        try:
-            permit = await wait
-        except (PermitAcquireTimeoutError, PermitAcquireQueueFullError) as exc:
-            raise LimitFailed(too_many_requests_message(pool, exc)) from exc
-        self.service.note_peak(pool, dual)
-        return permit
 
     async def write_limited(self, command, dual) -> None:
         """PIP-442's acquireMaxTopicListInFlightPermitsAndWriteAndFlush:
         direct permit of the frame size, serialize, write, wait for the
         flush, release (also on every error).  Raises LimitFailed."""
-        size = self.service.cap(DIRECT, P.frame_size(command), dual)
-        direct = await self._granted(DIRECT, dual, dual.acquire(size, DIRECT,
-                                                                is_cancelled=self.is_closed))
+        direct = await self.limiter.acquire(DIRECT, protocol.frame_size(command), dual,
+                                            self.is_closed)
         try:
-            data = P.encode(command)
+            data = protocol.encode(command)
             if self.is_closed():
                 raise ConnectionResetError("client went away")
             self.writer.write(data)
@@ -334,14 +293,11 @@ class ConnectionBase:
 
     async def limited_heap(self, namespace: str, dual):
         """The initial heap permit for listing a namespace."""
-        estimate = self.service.cap(HEAP, self.service.estimates.get(namespace, INITIAL_ESTIMATE),
-                                    dual)
-        return await self._granted(HEAP, dual, dual.acquire(estimate, HEAP,
-                                                            is_cancelled=self.is_closed))
+        estimate = self.service.estimates.get(namespace, INITIAL_ESTIMATE)
+        return await self.limiter.acquire(HEAP, estimate, dual, self.is_closed)
 
     async def heap_update(self, dual, permit, actual: int):
-        await self._granted(HEAP, dual, dual.update(permit, self.service.cap(HEAP, actual, dual),
-                                                    is_cancelled=self.is_closed))
+        await self.limiter.update(permit, actual, dual, self.is_closed)
 
     async def guarded(self, request_id: int, work):
         """Run a limited request; map failures to Pulsar's answers."""
@@ -352,14 +308,14 @@ class ConnectionBase:
             svc.counters["responses"] += 1
         except LimitFailed as exc:
             svc.counters["too_many_requests"] += 1
-            self.send(P.error(request_id, P.ServerError.TooManyRequests, str(exc)))
+            self.send(protocol.error(request_id, protocol.ServerError.TooManyRequests, str(exc)))
         except (PermitAcquireCancelledError, PermitAcquireAlreadyClosedError):
             svc.counters["cancelled"] += 1   # the client left: nobody to answer
-        except P.RequestError as exc:   # the proxy's broker said no
+        except protocol.RequestError as exc:   # the proxy's broker said no
             svc.counters["errors"] += 1
-            self.send(P.error(request_id, exc.code, exc.server_message))
+            self.send(protocol.error(request_id, exc.code, exc.server_message))
         except (ConnectionError, OSError, asyncio.TimeoutError) as exc:
             if not self.is_closed():
                 svc.counters["errors"] += 1
-                self.send(P.error(request_id, P.ServerError.ServiceNotReady,
+                self.send(protocol.error(request_id, protocol.ServerError.ServiceNotReady,
                                   f"upstream failure: {exc!r}"))

@@ -17,7 +17,8 @@ from __future__ import annotations
 import asyncio
 from typing import Optional
 
-from . import protocol as P
+from . import protocol
+from .protocol import CommandType
 from .server import ConnectionBase, ServiceBase, log
 
 
@@ -27,19 +28,19 @@ class Proxy(ServiceBase):
 
     def __init__(self, config, *, broker_url: str, **kw):
         super().__init__(config, **kw)
-        P.parse_url(broker_url)
+        protocol.parse_url(broker_url)
         self.broker_url = broker_url
-        self._backend: Optional[P.ClientConnection] = None
+        self._backend: Optional[protocol.ClientConnection] = None
         self._backend_lock = asyncio.Lock()
 
     def make_connection(self, reader, writer):
         return ProxyConnection(self, reader, writer)
 
-    async def backend(self) -> P.ClientConnection:
+    async def backend(self) -> protocol.ClientConnection:
         """The shared connection to the broker, reopened when it drops."""
         async with self._backend_lock:
             if self._backend is None or self._backend.closed.is_set():
-                self._backend = await P.ClientConnection.open(self.broker_url,
+                self._backend = await protocol.ClientConnection.open(self.broker_url,
                                                               max_frame=self.max_frame)
             return self._backend
 
@@ -52,86 +53,87 @@ class Proxy(ServiceBase):
 class ProxyConnection(ConnectionBase):
     service: Proxy
 
-    async def dispatch(self, c, size):
-        T = P.T
-        t = c.type
-        if t == T.CONNECT:
-            target = c.connect.proxy_to_broker_url
+    async def dispatch(self, command, size):
+        kind = command.type
+        if kind == CommandType.CONNECT:
+            target = command.connect.proxy_to_broker_url
             if target:
-                return await self.pipe_to_broker(c, target)
+                return await self.pipe_to_broker(command, target)
             self.connected = True
-            self.send(P.connected(False, self.service.max_frame))
-        elif t == T.PING:
-            self.send(P.cmd(T.PONG, "pong"))
-        elif t == T.PONG:
+            self.send(protocol.connected(False, self.service.max_frame))
+        elif kind == CommandType.PING:
+            self.send(protocol.cmd(CommandType.PONG, "pong"))
+        elif kind == CommandType.PONG:
             pass
-        elif t == T.LOOKUP:
-            self.spawn(self.forward_lookup(c))
-        elif t == T.PARTITIONED_METADATA:
-            self.spawn(self.forward_metadata(c))
-        elif t == T.GET_TOPICS_OF_NAMESPACE:
-            g = c.getTopicsOfNamespace
-            self.spawn(self.guarded(g.request_id, lambda: self.get_topics(g)))
-        elif t == T.WATCH_TOPIC_LIST:
-            self.send(P.error(c.watchTopicList.request_id, P.ServerError.NotAllowedError,
-                              "topic list watchers are not supported through the proxy"))
+        elif kind == CommandType.LOOKUP:
+            self.spawn(self.forward_lookup(command))
+        elif kind == CommandType.PARTITIONED_METADATA:
+            self.spawn(self.forward_metadata(command))
+        elif kind == CommandType.GET_TOPICS_OF_NAMESPACE:
+            get_topics = command.getTopicsOfNamespace
+            self.spawn(self.guarded(get_topics.request_id, lambda: self.get_topics(get_topics)))
+        elif kind == CommandType.WATCH_TOPIC_LIST:
+            self.send(protocol.error(command.watchTopicList.request_id,
+                                     protocol.ServerError.NotAllowedError,
+                                     "topic list watchers are not supported through the proxy"))
         else:
-            self.unsupported(c)
+            self.unsupported(command)
 
     async def _forward(self, command, field: str, client_rid: int):
         """Send command to the broker under a backend request id; return the
         broker's answer re-addressed to the client's request id."""
-        be = await self.service.backend()
-        rid = next(be.ids)
+        backend = await self.service.backend()
+        rid = next(backend.ids)
         getattr(command, field).request_id = rid
         try:
-            resp, size = await be.request(command, rid)
-        except P.RequestError as exc:
-            return P.error(client_rid, exc.code, exc.server_message), 0
+            resp, size = await backend.request(command, rid)
+        except protocol.RequestError as exc:
+            return protocol.error(client_rid, exc.code, exc.server_message), 0
         for f in ("lookupTopicResponse", "partitionMetadataResponse",
                   "getTopicsOfNamespaceResponse"):
             if resp.HasField(f):
                 getattr(resp, f).request_id = client_rid
         return resp, size
 
-    async def forward_lookup(self, c):
-        rid = c.lookupTopic.request_id
+    async def forward_lookup(self, command):
+        rid = command.lookupTopic.request_id
         try:
-            resp, _ = await self._forward(c, "lookupTopic", rid)
-        except (ConnectionError, OSError, P.ProtocolError) as exc:
-            self.send(P.cmd(P.T.LOOKUP_RESPONSE, "lookupTopicResponse", request_id=rid,
-                            response=2, error=P.ServerError.ServiceNotReady,
+            resp, _ = await self._forward(command, "lookupTopic", rid)
+        except (ConnectionError, OSError, protocol.ProtocolError) as exc:
+            self.send(protocol.cmd(CommandType.LOOKUP_RESPONSE, "lookupTopicResponse", request_id=rid,
+                            response=2, error=protocol.ServerError.ServiceNotReady,
                             message=f"broker unreachable: {exc}"))
             return
-        if resp.type == P.T.LOOKUP_RESPONSE:
+        if resp.type == CommandType.LOOKUP_RESPONSE:
             resp.lookupTopicResponse.proxy_through_service_url = True
         self.send(resp)
 
-    async def forward_metadata(self, c):
-        rid = c.partitionMetadata.request_id
+    async def forward_metadata(self, command):
+        rid = command.partitionMetadata.request_id
         try:
-            resp, _ = await self._forward(c, "partitionMetadata", rid)
-        except (ConnectionError, OSError, P.ProtocolError) as exc:
-            self.send(P.cmd(P.T.PARTITIONED_METADATA_RESPONSE, "partitionMetadataResponse",
-                            request_id=rid, response=1, error=P.ServerError.ServiceNotReady,
+            resp, _ = await self._forward(command, "partitionMetadata", rid)
+        except (ConnectionError, OSError, protocol.ProtocolError) as exc:
+            self.send(protocol.cmd(CommandType.PARTITIONED_METADATA_RESPONSE, "partitionMetadataResponse",
+                            request_id=rid, response=1, error=protocol.ServerError.ServiceNotReady,
                             message=f"broker unreachable: {exc}"))
             return
         self.send(resp)
 
-    async def get_topics(self, g):
+    async def get_topics(self, request):
         svc = self.service
-        dual = svc.limiter.dual
-        heap = await self.limited_heap(g.namespace, dual)
+        dual = self.limiter.dual
+        heap = await self.limited_heap(request.namespace, dual)
         try:
-            req = P.BaseCommand(type=P.T.GET_TOPICS_OF_NAMESPACE)
-            req.getTopicsOfNamespace.CopyFrom(g)
-            resp, frame = await self._forward(req, "getTopicsOfNamespace", g.request_id)
-            if resp.type == P.T.ERROR:
+            upstream = protocol.BaseCommand(type=CommandType.GET_TOPICS_OF_NAMESPACE)
+            upstream.getTopicsOfNamespace.CopyFrom(request)
+            resp, frame = await self._forward(upstream, "getTopicsOfNamespace",
+                                              request.request_id)
+            if resp.type == CommandType.ERROR:
                 self.send(resp)
                 return
             # The decoded list is now in our heap: account for it by the
             # size of the frame it came in (PIP-442's cmdSize).
-            svc.estimates[g.namespace] = frame
+            svc.estimates[request.namespace] = frame
             await self.heap_update(dual, heap, frame)
             await self.write_limited(resp, dual)
         finally:
@@ -139,23 +141,23 @@ class ProxyConnection(ConnectionBase):
 
     async def pipe_to_broker(self, connect_cmd, target: str):
         # Clients send host:port here (Pulsar's clients do), some a URL.
-        want = P.parse_url(self.service.broker_url)
+        want = protocol.parse_url(self.service.broker_url)
         try:
-            got = P.parse_url(target if "://" in target else f"pulsar://{target}")
+            got = protocol.parse_url(target if "://" in target else f"pulsar://{target}")
         except ValueError:
             got = None
         if got != want:
             # An open relay to anywhere would be a security hole.
-            self.send(P.error(0, P.ServerError.AuthorizationError,
+            self.send(protocol.error(0, protocol.ServerError.AuthorizationError,
                               f"proxy_to_broker_url {target} is not this proxy's broker"))
             return None
         try:
             br, bw = await asyncio.open_connection(*want)
         except (OSError, ValueError) as exc:
-            self.send(P.error(0, P.ServerError.ServiceNotReady, f"broker unreachable: {exc}"))
+            self.send(protocol.error(0, protocol.ServerError.ServiceNotReady, f"broker unreachable: {exc}"))
             return None
         connect_cmd.connect.ClearField("proxy_to_broker_url")
-        bw.write(P.encode(connect_cmd))
+        bw.write(protocol.encode(connect_cmd))
         self.writer.transport.set_write_buffer_limits()  # plain pipe from here on
 
         async def pump(src, dst):

@@ -19,7 +19,7 @@ from google.protobuf.message import DecodeError
 from . import pulsar_topiclist_pb2 as pb
 
 BaseCommand = pb.BaseCommand
-T = pb.BaseCommand.Type
+CommandType = pb.BaseCommand.Type
 Mode = pb.CommandGetTopicsOfNamespace.Mode
 ServerError = pb.ServerError
 
@@ -124,9 +124,9 @@ def strip_domain_pattern(pattern: str) -> str:
 
 
 def cmd(type_: int, field: Optional[str] = None, **values) -> BaseCommand:
-    c = BaseCommand(type=type_)
+    command = BaseCommand(type=type_)
     if field is not None:
-        sub = getattr(c, field)
+        sub = getattr(command, field)
         sub.SetInParent()
         for k, v in values.items():
             if isinstance(v, (list, tuple)):
@@ -137,15 +137,15 @@ def cmd(type_: int, field: Optional[str] = None, **values) -> BaseCommand:
                     setattr(getattr(sub, k), kk, vv)
             else:
                 setattr(sub, k, v)
-    return c
+    return command
 
 
 def error(request_id: int, code: int, message: str) -> BaseCommand:
-    return cmd(T.ERROR, "error", request_id=request_id, error=code, message=message)
+    return cmd(CommandType.ERROR, "error", request_id=request_id, error=code, message=message)
 
 
 def connected(watchers: bool, max_message_size: int) -> BaseCommand:
-    return cmd(T.CONNECTED, "connected", server_version=SERVER_VERSION,
+    return cmd(CommandType.CONNECTED, "connected", server_version=SERVER_VERSION,
                protocol_version=PROTOCOL_VERSION, max_message_size=max_message_size,
                feature_flags={"supports_topic_watchers": watchers})
 
@@ -162,12 +162,12 @@ class RequestError(Exception):
 # ---- client connection ---------------------------------------------------------
 
 _RESPONSE_FIELD = {
-    T.SUCCESS: "success",
-    T.ERROR: "error",
-    T.LOOKUP_RESPONSE: "lookupTopicResponse",
-    T.PARTITIONED_METADATA_RESPONSE: "partitionMetadataResponse",
-    T.GET_TOPICS_OF_NAMESPACE_RESPONSE: "getTopicsOfNamespaceResponse",
-    T.WATCH_TOPIC_LIST_SUCCESS: "watchTopicListSuccess",
+    CommandType.SUCCESS: "success",
+    CommandType.ERROR: "error",
+    CommandType.LOOKUP_RESPONSE: "lookupTopicResponse",
+    CommandType.PARTITIONED_METADATA_RESPONSE: "partitionMetadataResponse",
+    CommandType.GET_TOPICS_OF_NAMESPACE_RESPONSE: "getTopicsOfNamespaceResponse",
+    CommandType.WATCH_TOPIC_LIST_SUCCESS: "watchTopicListSuccess",
 }
 
 
@@ -193,16 +193,16 @@ class ClientConnection:
         host, port = parse_url(url)
         reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port), timeout)
         self = cls(reader, writer, max_frame)
-        connect = cmd(T.CONNECT, "connect", client_version="pylimiter-client",
+        connect = cmd(CommandType.CONNECT, "connect", client_version="pylimiter-client",
                       protocol_version=PROTOCOL_VERSION,
                       feature_flags={"supports_topic_watchers": True})
         if proxy_to_broker_url:
             connect.connect.proxy_to_broker_url = proxy_to_broker_url
         writer.write(encode(connect))
         first, _ = await asyncio.wait_for(read_command(reader, max_frame), timeout)
-        if first is None or first.type != T.CONNECTED:
+        if first is None or first.type != CommandType.CONNECTED:
             writer.close()
-            raise ProtocolError(f"expected CONNECTED, got {first and T.Name(first.type)}")
+            raise ProtocolError(f"expected CONNECTED, got {first and CommandType.Name(first.type)}")
         self.connected = first.connected
         self._reader_task = asyncio.ensure_future(self._read_loop())
         return self
@@ -210,22 +210,22 @@ class ClientConnection:
     async def _read_loop(self):
         try:
             while True:
-                c, size = await read_command(self.reader, self.max_frame)
-                if c is None:
+                command, size = await read_command(self.reader, self.max_frame)
+                if command is None:
                     break
-                if c.type == T.PING:
-                    self.writer.write(encode(cmd(T.PONG, "pong")))
+                if command.type == CommandType.PING:
+                    self.writer.write(encode(cmd(CommandType.PONG, "pong")))
                     continue
-                if c.type == T.WATCH_TOPIC_UPDATE:
-                    self.updates.put_nowait(c.watchTopicUpdate)
+                if command.type == CommandType.WATCH_TOPIC_UPDATE:
+                    self.updates.put_nowait(command.watchTopicUpdate)
                     continue
-                field = _RESPONSE_FIELD.get(c.type)
+                field = _RESPONSE_FIELD.get(command.type)
                 if field is None:
                     continue
-                rid = getattr(c, field).request_id
+                rid = getattr(command, field).request_id
                 fut = self.pending.pop(rid, None)
                 if fut is not None and not fut.done():
-                    fut.set_result((c, size))
+                    fut.set_result((command, size))
         except (ProtocolError, ConnectionError, OSError) as exc:
             err = exc
         else:
@@ -250,7 +250,7 @@ class ClientConnection:
             resp, size = await asyncio.wait_for(fut, timeout)
         finally:
             self.pending.pop(request_id, None)
-        if resp.type == T.ERROR:
+        if resp.type == CommandType.ERROR:
             raise RequestError(resp.error.error, resp.error.message)
         return resp, size
 
@@ -258,28 +258,28 @@ class ClientConnection:
                          pattern: Optional[str] = None, topics_hash: Optional[str] = None,
                          timeout: Optional[float] = 60.0):
         rid = next(self.ids)
-        c = cmd(T.GET_TOPICS_OF_NAMESPACE, "getTopicsOfNamespace", request_id=rid,
+        command = cmd(CommandType.GET_TOPICS_OF_NAMESPACE, "getTopicsOfNamespace", request_id=rid,
                 namespace=namespace, mode=mode)
         if pattern is not None:
-            c.getTopicsOfNamespace.topics_pattern = pattern
+            command.getTopicsOfNamespace.topics_pattern = pattern
         if topics_hash is not None:
-            c.getTopicsOfNamespace.topics_hash = topics_hash
-        resp, size = await self.request(c, rid, timeout)
+            command.getTopicsOfNamespace.topics_hash = topics_hash
+        resp, size = await self.request(command, rid, timeout)
         return resp.getTopicsOfNamespaceResponse, size
 
     async def watch(self, namespace: str, pattern: str, watcher_id: int,
                     topics_hash: Optional[str] = None, timeout: Optional[float] = 60.0):
         rid = next(self.ids)
-        c = cmd(T.WATCH_TOPIC_LIST, "watchTopicList", request_id=rid, watcher_id=watcher_id,
+        command = cmd(CommandType.WATCH_TOPIC_LIST, "watchTopicList", request_id=rid, watcher_id=watcher_id,
                 namespace=namespace, topics_pattern=pattern)
         if topics_hash is not None:
-            c.watchTopicList.topics_hash = topics_hash
-        resp, _ = await self.request(c, rid, timeout)
+            command.watchTopicList.topics_hash = topics_hash
+        resp, _ = await self.request(command, rid, timeout)
         return resp.watchTopicListSuccess
 
     async def close_watch(self, watcher_id: int):
         rid = next(self.ids)
-        await self.request(cmd(T.WATCH_TOPIC_LIST_CLOSE, "watchTopicListClose",
+        await self.request(cmd(CommandType.WATCH_TOPIC_LIST_CLOSE, "watchTopicListClose",
                                request_id=rid, watcher_id=watcher_id), rid)
 
     def send(self, command: BaseCommand) -> None:

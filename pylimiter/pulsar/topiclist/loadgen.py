@@ -10,10 +10,11 @@ import urllib.request
 from dataclasses import asdict, dataclass, field
 from typing import Optional
 
-from . import protocol as P
+from . import protocol
+from .protocol import CommandType
 
-_LIST = bytes([0x08, P.T.GET_TOPICS_OF_NAMESPACE_RESPONSE])
-_PING = bytes([0x08, P.T.PING])
+_LIST = bytes([0x08, CommandType.GET_TOPICS_OF_NAMESPACE_RESPONSE])
+_PING = bytes([0x08, CommandType.PING])
 
 
 @dataclass
@@ -79,7 +80,7 @@ async def run_load(url: str, namespace: str, connections: int, duration: float, 
         # generator more than the server spends producing it, so responses
         # are recognised by their leading type field (protobuf writes field 1
         # first) and only ERROR frames, which are small, are decoded.
-        conn = await P.ClientConnection.open(url)
+        conn = await protocol.ClientConnection.open(url)
         conn._reader_task.cancel()   # this loop reads the socket itself
         reader, writer = conn.reader, conn.writer
         rid = 0
@@ -88,7 +89,7 @@ async def run_load(url: str, namespace: str, connections: int, duration: float, 
                 budget[0] -= 1
                 res.requests += 1
                 rid += 1
-                writer.write(P.encode(P.cmd(P.T.GET_TOPICS_OF_NAMESPACE, "getTopicsOfNamespace",
+                writer.write(protocol.encode(protocol.cmd(CommandType.GET_TOPICS_OF_NAMESPACE, "getTopicsOfNamespace",
                                             request_id=rid, namespace=namespace)))
                 t0 = time.perf_counter()
                 if read_delay:
@@ -100,7 +101,7 @@ async def run_load(url: str, namespace: str, connections: int, duration: float, 
                         body = await asyncio.wait_for(reader.readexactly(total - 4),
                                                       request_timeout)
                         if body[:2] == _PING:
-                            writer.write(P.encode(P.cmd(P.T.PONG, "pong")))
+                            writer.write(protocol.encode(protocol.cmd(CommandType.PONG, "pong")))
                             continue
                         break
                 except (asyncio.TimeoutError, asyncio.IncompleteReadError, ConnectionError,
@@ -112,9 +113,9 @@ async def run_load(url: str, namespace: str, connections: int, duration: float, 
                     res.bytes += total + 4
                     res.latencies_ms.append((time.perf_counter() - t0) * 1000.0)
                 else:
-                    c = P.BaseCommand()
-                    c.ParseFromString(body[:cmd_size])
-                    if c.type == P.T.ERROR and c.error.error == P.ServerError.TooManyRequests:
+                    command = protocol.BaseCommand()
+                    command.ParseFromString(body[:cmd_size])
+                    if command.type == CommandType.ERROR and command.error.error == protocol.ServerError.TooManyRequests:
                         res.too_many_requests += 1
                     else:
                         res.other_errors += 1

@@ -1,7 +1,7 @@
-/* _plim_py.h: the few things the Cython binding needs below Cython's reach.
+/* _plim_binding.h: the few things the Cython binding needs below Cython's reach.
  * Binding code (it includes Python.h); the core in csrc/ never does. */
-#ifndef PLIM_PY_H
-#define PLIM_PY_H
+#ifndef PLIM_BINDING_H
+#define PLIM_BINDING_H
 
 #include <Python.h>
 #include <stdint.h>
@@ -93,4 +93,4 @@ static int plim_install_am_send(PyObject *type, plim_advance_fn fn)
     return 0;
 }
 
-#endif /* PLIM_PY_H */
+#endif /* PLIM_BINDING_H */

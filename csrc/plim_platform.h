@@ -1,4 +1,4 @@
-/* plim_common.h: portability shims for the pylimiter core.
+/* plim_platform.h: portability shims for the pylimiter core.
  *
  * The core needs exactly two primitives from the platform: C11 atomics on a
  * 64-bit word and a plain mutex.  The mutex is a pthread mutex on POSIX (its
@@ -6,8 +6,8 @@
  * <threads.h> would need glibc 2.28) and an SRWLOCK on Windows.
  * Nothing here allocates and nothing here includes Python headers.
  */
-#ifndef PLIM_COMMON_H
-#define PLIM_COMMON_H
+#ifndef PLIM_PLATFORM_H
+#define PLIM_PLATFORM_H
 
 #include <stdint.h>
 #include <stddef.h>
@@ -49,4 +49,4 @@ PLIM_INLINE void plim_mutex_lock(plim_mutex_t *m) { pthread_mutex_lock(m); }
 PLIM_INLINE void plim_mutex_unlock(plim_mutex_t *m) { pthread_mutex_unlock(m); }
 #endif
 
-#endif /* PLIM_COMMON_H */
+#endif /* PLIM_PLATFORM_H */

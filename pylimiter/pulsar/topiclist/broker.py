@@ -7,8 +7,10 @@ import asyncio
 import re
 from typing import Callable, Iterable, Optional
 
-from . import protocol as P
-from .server import ConnectionBase, LimitFailed, ServiceBase, log
+from . import protocol
+from .protocol import CommandType
+from .limits import LimitFailed
+from .server import ConnectionBase, ServiceBase, log
 
 Listener = Callable[[str, list, list], None]
 
@@ -21,7 +23,7 @@ class TopicStore:
         self.listeners: set[Listener] = set()
 
     def add(self, topic: str) -> bool:
-        _, ns, _ = P.split_topic(topic)
+        _, ns, _ = protocol.split_topic(topic)
         topics = self.namespaces.setdefault(ns, {})
         if topic in topics:
             return False
@@ -31,11 +33,11 @@ class TopicStore:
 
     def add_many(self, topics: Iterable[str]) -> None:
         for t in topics:
-            _, ns, _ = P.split_topic(t)
+            _, ns, _ = protocol.split_topic(t)
             self.namespaces.setdefault(ns, {})[t] = None
 
     def remove(self, topic: str) -> bool:
-        _, ns, _ = P.split_topic(topic)
+        _, ns, _ = protocol.split_topic(topic)
         topics = self.namespaces.get(ns)
         if not topics or topic not in topics:
             return False
@@ -43,8 +45,8 @@ class TopicStore:
         self._fire(ns, [], [topic])
         return True
 
-    def list(self, ns: str, mode: int = P.Mode.ALL) -> list[str]:
-        return [t for t in self.namespaces.get(ns, ()) if P.mode_matches(t, mode)]
+    def list(self, ns: str, mode: int = protocol.Mode.ALL) -> list[str]:
+        return [t for t in self.namespaces.get(ns, ()) if protocol.mode_matches(t, mode)]
 
     def _fire(self, ns, added, removed):
         for cb in list(self.listeners):
@@ -58,13 +60,13 @@ def generated_topics(namespace: str, n: int) -> list[str]:
 
 def compile_pattern(pattern: str) -> re.Pattern:
     try:
-        return re.compile(P.strip_domain_pattern(pattern))
+        return re.compile(protocol.strip_domain_pattern(pattern))
     except re.error as exc:
         raise ValueError(f"invalid topics pattern {pattern!r}: {exc}") from None
 
 
 def pattern_filter(topics: list[str], rx: re.Pattern) -> list[str]:
-    return [t for t in topics if rx.fullmatch(P.strip_domain_pattern(t))]
+    return [t for t in topics if rx.fullmatch(protocol.strip_domain_pattern(t))]
 
 
 class Broker(ServiceBase):
@@ -91,7 +93,7 @@ class Broker(ServiceBase):
         if not name:
             raise ValueError("give the topic as ?name=persistent://tenant/ns/topic "
                              "or a JSON body {\"topic\": ...}")
-        P.split_topic(name)
+        protocol.split_topic(name)
         return name
 
     async def _h_add_topic(self, request):
@@ -141,7 +143,7 @@ class _Watcher:
         if a or r:
             self.topics.update(a)
             self.topics.difference_update(r)
-            self.queue.put_nowait((a, r, P.topics_hash(self.topics)))
+            self.queue.put_nowait((a, r, protocol.topics_hash(self.topics)))
 
 
 class BrokerConnection(ConnectionBase):
@@ -153,58 +155,61 @@ class BrokerConnection(ConnectionBase):
         self.consumers: dict[int, str] = {}  # consumer id -> topic
 
     async def on_close(self):
-        for w in list(self.watchers.values()):
-            self._drop_watcher(w)
+        for watcher in list(self.watchers.values()):
+            self._drop_watcher(watcher)
 
-    async def dispatch(self, c, size):
-        T = P.T
-        t = c.type
-        if t == T.CONNECT:
+    async def dispatch(self, command, size):
+        kind = command.type
+        if kind == CommandType.CONNECT:
             self.connected = True
-            self.send(P.connected(self.service.advertise_watchers, self.service.max_frame))
-        elif t == T.PING:
-            self.send(P.cmd(T.PONG, "pong"))
-        elif t == T.PONG:
+            self.send(protocol.connected(self.service.advertise_watchers, self.service.max_frame))
+        elif kind == CommandType.PING:
+            self.send(protocol.cmd(CommandType.PONG, "pong"))
+        elif kind == CommandType.PONG:
             pass
-        elif t == T.LOOKUP:
-            self.send(P.cmd(T.LOOKUP_RESPONSE, "lookupTopicResponse",
-                            request_id=c.lookupTopic.request_id,
-                            brokerServiceUrl=self.service.service_url,
-                            response=1, authoritative=True))  # Connect
-        elif t == T.PARTITIONED_METADATA:
-            self.send(P.cmd(T.PARTITIONED_METADATA_RESPONSE, "partitionMetadataResponse",
-                            request_id=c.partitionMetadata.request_id, partitions=0,
-                            response=0))  # Success: non-partitioned
-        elif t == T.GET_TOPICS_OF_NAMESPACE:
-            g = c.getTopicsOfNamespace
-            self.spawn(self.guarded(g.request_id, lambda: self.get_topics(g)))
-        elif t == T.WATCH_TOPIC_LIST:
-            w = c.watchTopicList
-            self.spawn(self.guarded(w.request_id, lambda: self.watch(w)))
-        elif t == T.WATCH_TOPIC_LIST_CLOSE:
-            w = self.watchers.get(c.watchTopicListClose.watcher_id)
-            if w is not None:
-                self._drop_watcher(w)
-            self.send(P.cmd(T.SUCCESS, "success", request_id=c.watchTopicListClose.request_id))
-        elif t == T.SUBSCRIBE:
+        elif kind == CommandType.LOOKUP:
+            self.send(protocol.cmd(CommandType.LOOKUP_RESPONSE, "lookupTopicResponse",
+                                   request_id=command.lookupTopic.request_id,
+                                   brokerServiceUrl=self.service.service_url,
+                                   response=1, authoritative=True))  # Connect
+        elif kind == CommandType.PARTITIONED_METADATA:
+            self.send(protocol.cmd(CommandType.PARTITIONED_METADATA_RESPONSE,
+                                   "partitionMetadataResponse",
+                                   request_id=command.partitionMetadata.request_id, partitions=0,
+                                   response=0))  # Success: non-partitioned
+        elif kind == CommandType.GET_TOPICS_OF_NAMESPACE:
+            get_topics = command.getTopicsOfNamespace
+            self.spawn(self.guarded(get_topics.request_id, lambda: self.get_topics(get_topics)))
+        elif kind == CommandType.WATCH_TOPIC_LIST:
+            watch = command.watchTopicList
+            self.spawn(self.guarded(watch.request_id, lambda: self.watch(watch)))
+        elif kind == CommandType.WATCH_TOPIC_LIST_CLOSE:
+            close = command.watchTopicListClose
+            watcher = self.watchers.get(close.watcher_id)
+            if watcher is not None:
+                self._drop_watcher(watcher)
+            self.send(protocol.cmd(CommandType.SUCCESS, "success", request_id=close.request_id))
+        elif kind == CommandType.SUBSCRIBE:
             # Accepted; this service holds no messages to deliver.
-            self.consumers[c.subscribe.consumer_id] = c.subscribe.topic
-            self.send(P.cmd(T.SUCCESS, "success", request_id=c.subscribe.request_id))
-        elif t == T.FLOW:
+            self.consumers[command.subscribe.consumer_id] = command.subscribe.topic
+            self.send(protocol.cmd(CommandType.SUCCESS, "success",
+                                   request_id=command.subscribe.request_id))
+        elif kind == CommandType.FLOW:
             pass
-        elif t in (T.CLOSE_CONSUMER, T.UNSUBSCRIBE):
-            sub = c.close_consumer if t == T.CLOSE_CONSUMER else c.unsubscribe
+        elif kind in (CommandType.CLOSE_CONSUMER, CommandType.UNSUBSCRIBE):
+            sub = (command.close_consumer if kind == CommandType.CLOSE_CONSUMER
+                   else command.unsubscribe)
             self.consumers.pop(sub.consumer_id, None)
-            self.send(P.cmd(T.SUCCESS, "success", request_id=sub.request_id))
+            self.send(protocol.cmd(CommandType.SUCCESS, "success", request_id=sub.request_id))
         else:
-            self.unsupported(c)
+            self.unsupported(command)
 
     async def _list_accounted(self, ns: str, mode: int, dual, heap) -> list[str]:
         """List the namespace while holding `heap` (the estimate), then grow
         or shrink that permit to the actual size, which also becomes the
         namespace's next estimate (PIP-442's update step)."""
         topics = self.service.store.list(ns, mode)
-        actual = P.estimate_heap(topics)
+        actual = protocol.estimate_heap(topics)
         self.service.estimates[ns] = actual
         await self.heap_update(dual, heap, actual)
         return topics
@@ -214,66 +219,70 @@ class BrokerConnection(ConnectionBase):
         try:
             return compile_pattern(pattern)
         except ValueError as exc:
-            self.send(P.error(request_id, P.ServerError.InvalidTopicName, str(exc)))
+            self.send(protocol.error(request_id, protocol.ServerError.InvalidTopicName, str(exc)))
             return None
 
     def _namespace_error(self, request_id: int, ns: str) -> bool:
         if ns not in self.service.store.namespaces:
-            self.send(P.error(request_id, P.ServerError.MetadataError,
-                              f"Namespace {ns} does not exist"))
+            self.send(protocol.error(request_id, protocol.ServerError.MetadataError,
+                                     f"Namespace {ns} does not exist"))
             return True
         return False
 
-    async def get_topics(self, g):
-        svc = self.service
-        if self._namespace_error(g.request_id, g.namespace):
+    async def get_topics(self, request):
+        """GET_TOPICS_OF_NAMESPACE under PIP-442's heap and direct limits."""
+        if self._namespace_error(request.request_id, request.namespace):
             return
         rx = None
-        if g.HasField("topics_pattern"):
-            rx = self._pattern(g.request_id, g.topics_pattern)
+        if request.HasField("topics_pattern"):
+            rx = self._pattern(request.request_id, request.topics_pattern)
             if rx is None:
                 return
-        dual = svc.limiter.dual          # this request's limiter, to the end
-        heap = await self.limited_heap(g.namespace, dual)
+        dual = self.limiter.dual          # this request's limiter, to the end
+        heap = await self.limited_heap(request.namespace, dual)
         try:
-            topics = await self._list_accounted(g.namespace, g.mode, dual, heap)
+            topics = await self._list_accounted(request.namespace, request.mode, dual, heap)
             if rx is not None:
                 topics = pattern_filter(topics, rx)
-            h = P.topics_hash(topics)
-            changed = not (g.HasField("topics_hash") and g.topics_hash == h)
-            resp = P.cmd(P.T.GET_TOPICS_OF_NAMESPACE_RESPONSE, "getTopicsOfNamespaceResponse",
-                         request_id=g.request_id, topics=topics if changed else [],
-                         filtered=rx is not None, topics_hash=h, changed=changed)
+            digest = protocol.topics_hash(topics)
+            changed = not (request.HasField("topics_hash") and request.topics_hash == digest)
+            resp = protocol.cmd(CommandType.GET_TOPICS_OF_NAMESPACE_RESPONSE,
+                                "getTopicsOfNamespaceResponse",
+                                request_id=request.request_id, topics=topics if changed else [],
+                                filtered=rx is not None, topics_hash=digest, changed=changed)
             del topics
             await self.write_limited(resp, dual)
         finally:
             dual.release(heap)
 
-    async def watch(self, w):
-        svc = self.service
-        if w.watcher_id in self.watchers:
-            self.send(P.error(w.request_id, P.ServerError.NotAllowedError,
-                              f"watcher {w.watcher_id} already exists on this connection"))
+    async def watch(self, request):
+        """WATCH_TOPIC_LIST: the matching list now (limited like a listing),
+        then updates as topics come and go."""
+        if request.watcher_id in self.watchers:
+            self.send(protocol.error(request.request_id, protocol.ServerError.NotAllowedError,
+                                     f"watcher {request.watcher_id} already exists on this "
+                                     "connection"))
             return
-        if self._namespace_error(w.request_id, w.namespace):
+        if self._namespace_error(request.request_id, request.namespace):
             return
-        rx = self._pattern(w.request_id, w.topics_pattern)
+        rx = self._pattern(request.request_id, request.topics_pattern)
         if rx is None:
             return
-        watcher = _Watcher(self, w.watcher_id, w.namespace, rx)
-        dual = svc.limiter.dual
-        heap = await self.limited_heap(w.namespace, dual)
+        watcher = _Watcher(self, request.watcher_id, request.namespace, rx)
+        dual = self.limiter.dual
+        heap = await self.limited_heap(request.namespace, dual)
         try:
-            topics = await self._list_accounted(w.namespace, P.Mode.PERSISTENT, dual, heap)
+            topics = await self._list_accounted(request.namespace, protocol.Mode.PERSISTENT,
+                                                dual, heap)
             matching = pattern_filter(topics, rx)
             watcher.topics = set(matching)
             # Registered before the success is written, so no change made
             # meanwhile is lost; the sender starts after the success.
-            self.watchers[w.watcher_id] = watcher
-            svc.store.listeners.add(watcher.on_change)
-            resp = P.cmd(P.T.WATCH_TOPIC_LIST_SUCCESS, "watchTopicListSuccess",
-                         request_id=w.request_id, watcher_id=w.watcher_id, topic=matching,
-                         topics_hash=P.topics_hash(matching))
+            self.watchers[request.watcher_id] = watcher
+            self.service.store.listeners.add(watcher.on_change)
+            resp = protocol.cmd(CommandType.WATCH_TOPIC_LIST_SUCCESS, "watchTopicListSuccess",
+                                request_id=request.request_id, watcher_id=request.watcher_id,
+                                topic=matching, topics_hash=protocol.topics_hash(matching))
             try:
                 await self.write_limited(resp, dual)
             except BaseException:
@@ -283,27 +292,28 @@ class BrokerConnection(ConnectionBase):
             dual.release(heap)
         watcher.sender = self.spawn(self._send_updates(watcher))
 
-    async def _send_updates(self, w: _Watcher):
+    async def _send_updates(self, watcher: _Watcher):
         """Updates in order, each through the direct limiter; like Pulsar's
         broker, a failed permit wait retries with backoff (an update must
         not be lost) until the watcher or the connection goes away."""
-        while not w.closed:
-            added, removed, h = await w.queue.get()
+        while not watcher.closed:
+            added, removed, digest = await watcher.queue.get()
             delay = 0.05
-            while not w.closed and not self.is_closed():
-                cmd = P.cmd(P.T.WATCH_TOPIC_UPDATE, "watchTopicUpdate", watcher_id=w.id,
-                            new_topics=added, deleted_topics=removed, topics_hash=h)
+            while not watcher.closed and not self.is_closed():
+                update = protocol.cmd(CommandType.WATCH_TOPIC_UPDATE, "watchTopicUpdate",
+                                      watcher_id=watcher.id, new_topics=added,
+                                      deleted_topics=removed, topics_hash=digest)
                 try:
-                    await self.write_limited(cmd, self.service.limiter.dual)
+                    await self.write_limited(update, self.limiter.dual)
                     break
                 except LimitFailed as exc:
-                    log.info("watcher %s: %s; retrying in %.2fs", w.id, exc, delay)
+                    log.info("watcher %s: %s; retrying in %.2fs", watcher.id, exc, delay)
                     await asyncio.sleep(delay)
                     delay = min(delay * 2, 5.0)
 
-    def _drop_watcher(self, w: _Watcher):
-        w.closed = True
-        self.watchers.pop(w.id, None)
-        self.service.store.listeners.discard(w.on_change)
-        if w.sender is not None:
-            w.sender.cancel()
+    def _drop_watcher(self, watcher: _Watcher):
+        watcher.closed = True
+        self.watchers.pop(watcher.id, None)
+        self.service.store.listeners.discard(watcher.on_change)
+        if watcher.sender is not None:
+            watcher.sender.cancel()

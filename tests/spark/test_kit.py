@@ -1,0 +1,112 @@
+"""The shared Spark/progress/report kit (pylimiter.spark): master checks,
+session adoption, table writing, progress counting and the report page."""
+
+from __future__ import annotations
+
+import csv
+import math
+import socket
+
+import pytest
+
+from pylimiter.spark import report
+from pylimiter.spark.progress import JobProgress, StepProgress
+from pylimiter.spark.session import UsageError, check_master, spark_session, write_table
+
+
+def test_check_master_accepts_local_and_rejects_unknown_schemes():
+    check_master("local[*]")
+    check_master("local[2]")
+    with pytest.raises(UsageError, match="unsupported master URL 'mesos://h:5050'"):
+        check_master("mesos://h:5050")
+    with pytest.raises(UsageError, match="cannot parse Kubernetes master URL"):
+        check_master("k8s://")
+
+
+def test_check_master_names_a_master_nobody_answers():
+    with socket.socket() as s:          # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    with pytest.raises(UsageError, match=f"spark://127.0.0.1:{port} does not answer"):
+        check_master(f"spark://127.0.0.1:{port}", timeout=1)
+
+
+def test_spark_session_adopts_a_session_without_stopping_it(spark):
+    with spark_session("spark://does-not-matter:1", spark=spark) as s:
+        assert s is spark               # no master check, no new JVM
+    assert spark.range(3).count() == 3  # still running
+
+
+def test_write_table_writes_one_parquet_and_one_csv_part(spark, tmp_path):
+    df = spark.createDataFrame([(1, "a", 0.5), (2, "b", 1.5)], "n long, s string, x double")
+    write_table(df.repartition(3), tmp_path, "t")
+    (part,) = (tmp_path / "t.csv").glob("part-*.csv")
+    with part.open() as f:
+        rows = list(csv.DictReader(f))
+    assert rows == [{"n": "1", "s": "a", "x": "0.5"}, {"n": "2", "s": "b", "x": "1.5"}]
+    assert len(list((tmp_path / "t.parquet").glob("part-*.parquet"))) == 1
+    back = spark.read.parquet(str(tmp_path / "t.parquet")).orderBy("n").collect()
+    assert [tuple(r) for r in back] == [(1, "a", 0.5), (2, "b", 1.5)]
+    with pytest.raises(ValueError, match="unknown table format 'orc'"):
+        write_table(df, tmp_path, "t", formats=("orc",))
+
+
+def test_job_progress_counts_the_tasks_of_its_own_group_only(spark):
+    sc = spark.sparkContext
+    with JobProgress(sc, "outside", 100, enabled=False):
+        sc.parallelize(range(10), 5).count()          # 5 tasks in another group
+    with JobProgress(sc, "mine", 100, enabled=False) as p:
+        sc.parallelize(range(10), 3).count()
+        sc.parallelize(range(10), 4).count()
+    assert p.done() == 7
+    with JobProgress(sc, "capped", 2, enabled=False) as q:
+        sc.parallelize(range(10), 6).count()
+    assert q.done() == 2                              # never above total
+
+
+def test_step_progress_counts_and_draws_nothing_when_disabled(capsys):
+    # rich is imported only to draw; a disabled bar needs nothing installed.
+    with StepProgress("steps", 3, enabled=False) as p:
+        for _ in range(5):
+            p.advance()
+    assert p.completed == 5
+    assert capsys.readouterr().out == ""
+
+
+def test_html_table_rounds_escapes_and_blanks_nan():
+    pd = pytest.importorskip("pandas")
+    df = pd.DataFrame({"name": ["<b>", "x"], "v": [1.23456, math.nan], "n": [1234567, 2],
+                       "big": [12345.6, math.inf]})
+    t = report.html_table(df)
+    assert "&lt;b&gt;" in t and "<b>" not in t
+    assert "<td>1.23</td>" in t and "<td>1,234,567</td>" in t and "<td>12,346</td>" in t
+    assert "<td></td>" in t and "∞" in t
+    assert report.html_table([], ["a"]) == "<p class='none'>(none)</p>"
+    assert "<th>a</th>" in report.html_table([(1,)], ["a"])
+
+
+def test_report_page_has_environment_verdict_figures_and_tables(tmp_path):
+    pytest.importorskip("matplotlib")
+    plt = report.pyplot()
+    fig, ax = plt.subplots()
+    ax.plot([1, 2], [3, 4])
+    png = report.save_figure(fig, tmp_path / "line.png")
+    assert png.stat().st_size > 0 and plt.get_fignums() == []   # figure freed
+    env = report.environment("3.5.1", workload="tiny")
+    assert {"CPU", "OS", "Python", "pylimiter", "Spark", "date", "workload"} <= set(env)
+    page = report.ReportPage("Title & more", subtitle="sub", command="python -m x --a 1", env=env)
+    page.verdict("A < B holds.").paragraph("p1").figure("line.png", "cap", title="Fig")
+    page.table([(1, 2.5)], ["a", "b"], title="Tab").files(["x.parquet"])
+    index = page.write(tmp_path / "r")
+    text = index.read_text()
+    assert index == tmp_path / "r" / "index.html"
+    assert "<title>Title &amp; more</title>" in text
+    assert text.index("class='env'") < text.index("class='verdict'") < text.index("line.png")
+    assert "A &lt; B holds." in text and "python -m x --a 1" in text
+    assert "<img src='line.png'" in text and "<figcaption>cap</figcaption>" in text
+    assert "max-width:1352px" in text                     # fits a 1400 px window
+    assert "<code>x.parquet</code>" in text
+
+
+def test_command_line_quotes_arguments():
+    assert report.command_line("python -m p", ["--a", "x y"]) == "python -m p --a 'x y'"
