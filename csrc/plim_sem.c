@@ -7,8 +7,8 @@
  * compare-and-swap both checks and changes everything the fast paths look
  * at:
  *
- *     bit 0        QUEUED   the wait queue is non-empty
- *     bit 1        CLOSED   close() was called (never cleared)
+ *     bit 0        WORD_QUEUED   the wait queue is non-empty
+ *     bit 1        WORD_CLOSED   close() was called (never cleared)
  *     bits 2..63   avail + BIAS, unsigned
  *
  * avail is max - acquired for a bounded semaphore and -acquired for an
@@ -65,7 +65,7 @@
  * the latest value, so a flag set relaxed is still seen by the next CAS).
  * tests/model/plim_relacy.cpp checks this in Relacy's C++11 memory model:
  * weakening any one of the three data-carrying orders produces a data race
- * there, and the faithful model passes (tests/test_model_check.py).
+ * there, and the faithful model passes (tests/test_memory_model.py).
  *
  * Locking rules.
  *   - mu guards head/tail, every waiter's fields while it is queued,
@@ -81,26 +81,28 @@
 #include "plim.h"
 #include "plim_waitq.h"
 
-#define W_QUEUED ((uint64_t)1)
-#define W_CLOSED ((uint64_t)2)
-#define W_SHIFT 2
-#define W_BIAS ((int64_t)1 << 61)
+/* The counter word (layout above).  WORD_* names the word's parts; the
+ * PLIM_W_* states in plim.h are a waiter's, unrelated. */
+#define WORD_QUEUED ((uint64_t)1)       /* bit 0: the queue is non-empty (I1) */
+#define WORD_CLOSED ((uint64_t)2)       /* bit 1: close() was called */
+#define WORD_SHIFT 2                    /* avail + WORD_BIAS sits above the flags */
+#define WORD_BIAS ((int64_t)1 << 61)    /* keeps the avail field non-negative */
 
-PLIM_INLINE int64_t w_avail(uint64_t w)
+PLIM_INLINE int64_t word_avail(uint64_t w)
 {
-    return (int64_t)(w >> W_SHIFT) - W_BIAS;
+    return (int64_t)(w >> WORD_SHIFT) - WORD_BIAS;
 }
 
-/* w_units converts a permit delta (any sign) to its word delta.  Unsigned
+/* word_units converts a permit delta (any sign) to its word delta.  Unsigned
  * wrap-around makes negative deltas work with plain addition. */
-PLIM_INLINE uint64_t w_units(int64_t n)
+PLIM_INLINE uint64_t word_units(int64_t n)
 {
-    return ((uint64_t)n) << W_SHIFT;
+    return ((uint64_t)n) << WORD_SHIFT;
 }
 
-PLIM_INLINE uint64_t w_make(int64_t avail, uint64_t flags)
+PLIM_INLINE uint64_t word_make(int64_t avail, uint64_t flags)
 {
-    return (((uint64_t)(avail + W_BIAS)) << W_SHIFT) | flags;
+    return (((uint64_t)(avail + WORD_BIAS)) << WORD_SHIFT) | flags;
 }
 
 int plim_sem_init(plim_sem_t *sem, int64_t max_permits, int64_t max_queue)
@@ -108,7 +110,7 @@ int plim_sem_init(plim_sem_t *sem, int64_t max_permits, int64_t max_queue)
     if (max_permits > PLIM_MAX_PERMITS)
         return -1;
     sem->unbounded = max_permits <= 0;
-    atomic_init(&sem->word, w_make(sem->unbounded ? 0 : max_permits, 0));
+    atomic_init(&sem->word, word_make(sem->unbounded ? 0 : max_permits, 0));
     atomic_init(&sem->max, max_permits);
     atomic_init(&sem->qlen, 0);
     sem->max_queue = max_queue;
@@ -155,7 +157,7 @@ void plim_waiter_init(plim_waiter_t *w, int has_check)
 int64_t plim_available(plim_sem_t *sem)
 {
     /* relaxed: a statistics snapshot, not a decision anybody acts on. */
-    return w_avail(atomic_load_explicit(&sem->word, memory_order_relaxed));
+    return word_avail(atomic_load_explicit(&sem->word, memory_order_relaxed));
 }
 
 int64_t plim_max(plim_sem_t *sem)
@@ -183,7 +185,7 @@ int64_t plim_queue_len(plim_sem_t *sem)
 int plim_closed(plim_sem_t *sem)
 {
     /* relaxed: callers that act on "closed" recheck it in their CAS. */
-    return (atomic_load_explicit(&sem->word, memory_order_relaxed) & W_CLOSED) != 0;
+    return (atomic_load_explicit(&sem->word, memory_order_relaxed) & WORD_CLOSED) != 0;
 }
 
 /* ---- fast paths --------------------------------------------------------- */
@@ -193,25 +195,37 @@ int plim_try_acquire(plim_sem_t *sem, int64_t n)
     /* relaxed: only a guess for the CAS, which validates it. */
     uint64_t cur = atomic_load_explicit(&sem->word, memory_order_relaxed);
     for (;;) {
-        if (cur & W_CLOSED)
+        if (cur & WORD_CLOSED)
             return PLIM_CLOSED;
         if (n == 0)
             return PLIM_OK; /* takes nothing, so it cannot overtake anyone */
         if (sem->unbounded) {
-            if (w_avail(cur) - n < -PLIM_MAX_ACQUIRED)
+            if (word_avail(cur) - n < -PLIM_MAX_ACQUIRED)
                 return PLIM_OVERFLOW;
-        } else if ((cur & W_QUEUED) || w_avail(cur) < n) {
+        } else if ((cur & WORD_QUEUED) || word_avail(cur) < n) {
             /* QUEUED: others were first; taking now would barge (I3). */
             return PLIM_EMPTY;
         }
         /* acquire on success: pairs with the release in plim_release so the
          * new holder sees what the previous holder wrote.  relaxed on
          * failure: we only reread the word and decide again. */
-        if (atomic_compare_exchange_weak_explicit(&sem->word, &cur, cur - w_units(n),
+        if (atomic_compare_exchange_weak_explicit(&sem->word, &cur, cur - word_units(n),
                                                   memory_order_acquire,
                                                   memory_order_relaxed))
             return PLIM_OK;
     }
+}
+
+/* leave_locked takes w out of the queue for good: unlinks it, gives it its
+ * final state and appends it to b's done list, so the caller wakes it after
+ * mu is dropped.  Every way out of the queue but the owner's own plim_cancel
+ * goes through here.  Requires mu. */
+static void leave_locked(plim_sem_t *sem, plim_waiter_t *w, int state, plim_batch_t *b)
+{
+    PLIM_ASSERT(w->state == PLIM_W_QUEUED && state != PLIM_W_QUEUED);
+    plim_waitq_unlink(sem, w);
+    w->state = state;
+    plim_batch_push(b, w);
 }
 
 /* process_locked grants queue heads while they fit (I4), stopping at a head
@@ -229,21 +243,19 @@ static void process_locked(plim_sem_t *sem, plim_waiter_t *checked, plim_batch_t
             /* relaxed: under mu with QUEUED set nobody else changes avail
              * (I2); the taking RMW below is the acquire. */
             uint64_t cur = atomic_load_explicit(&sem->word, memory_order_relaxed);
-            if (w_avail(cur) < h->need)
+            if (word_avail(cur) < h->need)
                 break;
         }
         /* acquire: the grantee may touch what the releaser guarded. */
-        atomic_fetch_sub_explicit(&sem->word, w_units(h->need), memory_order_acquire);
-        plim_waitq_unlink(sem, h);
+        atomic_fetch_sub_explicit(&sem->word, word_units(h->need), memory_order_acquire);
         h->granted = h->need;
-        h->state = PLIM_W_GRANTED;
-        plim_batch_push(b, h);
+        leave_locked(sem, h, PLIM_W_GRANTED, b);
         checked = NULL; /* an answer covers one grant only */
     }
     if (sem->head == NULL) {
         /* relaxed: the flag only steers later CASes onto or off the lock,
          * and every RMW reads the latest word whatever its order. */
-        atomic_fetch_and_explicit(&sem->word, ~W_QUEUED, memory_order_relaxed);
+        atomic_fetch_and_explicit(&sem->word, ~WORD_QUEUED, memory_order_relaxed);
     }
 }
 
@@ -254,10 +266,10 @@ int plim_release(plim_sem_t *sem, int64_t n, plim_batch_t *b)
         return PLIM_OK;
     /* relaxed: only a guess for the CAS, which validates it. */
     uint64_t cur = atomic_load_explicit(&sem->word, memory_order_relaxed);
-    while (!(cur & W_QUEUED)) {
+    while (!(cur & WORD_QUEUED)) {
         /* release: publishes the holder's writes to the next taker.
          * relaxed on failure: we reread and decide again. */
-        if (atomic_compare_exchange_weak_explicit(&sem->word, &cur, cur + w_units(n),
+        if (atomic_compare_exchange_weak_explicit(&sem->word, &cur, cur + word_units(n),
                                                   memory_order_release,
                                                   memory_order_relaxed))
             return PLIM_OK;
@@ -267,7 +279,7 @@ int plim_release(plim_sem_t *sem, int64_t n, plim_batch_t *b)
      * would sleep until some later release happened to process the queue). */
     plim_mutex_lock(&sem->mu);
     /* release: as in the fast path. */
-    atomic_fetch_add_explicit(&sem->word, w_units(n), memory_order_release);
+    atomic_fetch_add_explicit(&sem->word, word_units(n), memory_order_release);
     process_locked(sem, NULL, b);
     plim_mutex_unlock(&sem->mu);
     return PLIM_OK;
@@ -285,24 +297,24 @@ int plim_enqueue(plim_sem_t *sem, plim_waiter_t *w, int64_t need, int64_t total)
     /* relaxed: only a guess for the CASes below. */
     uint64_t cur = atomic_load_explicit(&sem->word, memory_order_relaxed);
     for (;;) {
-        if (cur & W_CLOSED) {
+        if (cur & WORD_CLOSED) {
             plim_mutex_unlock(&sem->mu);
             return PLIM_CLOSED;
         }
         int fits;
         if (sem->unbounded) {
-            if (w_avail(cur) - need < -PLIM_MAX_ACQUIRED) {
+            if (word_avail(cur) - need < -PLIM_MAX_ACQUIRED) {
                 plim_mutex_unlock(&sem->mu);
                 return PLIM_OVERFLOW;
             }
             fits = 1;
         } else {
-            fits = !(cur & W_QUEUED) && w_avail(cur) >= need;
+            fits = !(cur & WORD_QUEUED) && word_avail(cur) >= need;
         }
         if (fits) {
             /* acquire/relaxed: as in plim_try_acquire. */
             if (atomic_compare_exchange_weak_explicit(&sem->word, &cur,
-                                                      cur - w_units(need),
+                                                      cur - word_units(need),
                                                       memory_order_acquire,
                                                       memory_order_relaxed)) {
                 w->granted = need;
@@ -316,14 +328,14 @@ int plim_enqueue(plim_sem_t *sem, plim_waiter_t *w, int64_t need, int64_t total)
             plim_mutex_unlock(&sem->mu);
             return PLIM_FULL;
         }
-        if (cur & W_QUEUED)
+        if (cur & WORD_QUEUED)
             break;
         /* Set QUEUED in the same CAS that saw "does not fit": a release that
          * lands between our read and this CAS makes it fail, and we look
          * again instead of sleeping on permits that are already back (I2).
          * relaxed: the flag is ordered by RMW atomicity on the word and the
          * queue itself by mu. */
-        if (atomic_compare_exchange_weak_explicit(&sem->word, &cur, cur | W_QUEUED,
+        if (atomic_compare_exchange_weak_explicit(&sem->word, &cur, cur | WORD_QUEUED,
                                                   memory_order_relaxed,
                                                   memory_order_relaxed))
             break;
@@ -361,9 +373,7 @@ int plim_resume(plim_sem_t *sem, plim_waiter_t *w, int cancelled, plim_batch_t *
      * may have left the queue while the check ran without the lock. */
     if (sem->head == w && w->state == PLIM_W_QUEUED) {
         if (cancelled) {
-            plim_waitq_unlink(sem, w);
-            w->state = PLIM_W_CANCELLED;
-            plim_batch_push(b, w);
+            leave_locked(sem, w, PLIM_W_CANCELLED, b);
             process_locked(sem, NULL, b);
         } else {
             process_locked(sem, w, b);
@@ -382,7 +392,7 @@ int plim_release_growing(plim_sem_t *sem, int64_t n, plim_waiter_t *w, plim_batc
     if (w->state == PLIM_W_QUEUED)
         w->need += n;
     /* release: as in plim_release. */
-    atomic_fetch_add_explicit(&sem->word, w_units(n), memory_order_release);
+    atomic_fetch_add_explicit(&sem->word, word_units(n), memory_order_release);
     process_locked(sem, NULL, b);
     plim_mutex_unlock(&sem->mu);
     return PLIM_OK;
@@ -392,14 +402,11 @@ int plim_close(plim_sem_t *sem, plim_batch_t *b)
 {
     b->check = NULL;
     plim_mutex_lock(&sem->mu);
-    atomic_fetch_or(&sem->word, W_CLOSED);
+    atomic_fetch_or(&sem->word, WORD_CLOSED);
     plim_waiter_t *h;
-    while ((h = sem->head) != NULL) {
-        plim_waitq_unlink(sem, h);
-        h->state = PLIM_W_CLOSED;
-        plim_batch_push(b, h);
-    }
-    atomic_fetch_and(&sem->word, ~W_QUEUED);
+    while ((h = sem->head) != NULL)
+        leave_locked(sem, h, PLIM_W_CLOSED, b);
+    atomic_fetch_and(&sem->word, ~WORD_QUEUED);
     plim_mutex_unlock(&sem->mu);
     return PLIM_OK;
 }
@@ -412,17 +419,14 @@ int plim_set_max(plim_sem_t *sem, int64_t max, plim_batch_t *b)
     plim_mutex_lock(&sem->mu);
     int64_t old = atomic_load(&sem->max);
     atomic_store(&sem->max, max);
-    atomic_fetch_add(&sem->word, w_units(max - old));
+    atomic_fetch_add(&sem->word, word_units(max - old));
     /* Requests that can never fit under the new limit fail now rather than
      * block the queue forever. */
     plim_waiter_t *h = sem->head;
     while (h != NULL) {
         plim_waiter_t *next = h->next;
-        if (h->total > max) {
-            plim_waitq_unlink(sem, h);
-            h->state = PLIM_W_TOO_LARGE;
-            plim_batch_push(b, h);
-        }
+        if (h->total > max)
+            leave_locked(sem, h, PLIM_W_TOO_LARGE, b);
         h = next;
     }
     process_locked(sem, NULL, b);

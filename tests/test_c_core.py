@@ -16,11 +16,15 @@ CSRC = ROOT / "csrc"
 CTESTS = Path(__file__).resolve().parent / "c"
 CC = os.environ.get("CC", "cc")
 
+# The sanitizer builds also turn on the core's own assertions (PLIM_DEBUG:
+# a stray second unlink, a queue length gone negative), so a broken
+# invariant stops the run even where no sanitizer would notice it.
+DEBUG = ["-DPLIM_DEBUG=1", "-UNDEBUG"]
 VARIANTS = {
     "plain": ["-O2"],
-    "tsan": ["-O1", "-fsanitize=thread"],
+    "tsan": ["-O1", "-fsanitize=thread", *DEBUG],
     "asan": ["-O1", "-fsanitize=address,undefined", "-fno-sanitize-recover=all",
-             "-fno-omit-frame-pointer"],
+             "-fno-omit-frame-pointer", *DEBUG],
 }
 ENV = {
     "TSAN_OPTIONS": "halt_on_error=1 exitcode=66",
@@ -28,10 +32,10 @@ ENV = {
     "UBSAN_OPTIONS": "halt_on_error=1 print_stacktrace=1",
 }
 
-pytestmark = pytest.mark.skipif(
+pytestmark = [pytest.mark.c_core, pytest.mark.skipif(
     not CSRC.exists() or shutil.which(CC) is None,
     reason="C sources or a C compiler are not available",
-)
+)]
 
 
 @pytest.mark.parametrize("variant", sorted(VARIANTS))
@@ -50,3 +54,28 @@ def test_c_tier(tmp_path, variant, test):
     assert "ERROR: AddressSanitizer" not in out.stderr
     assert "runtime error" not in out.stderr
     assert " 0 failed" in out.stdout
+
+
+@pytest.mark.parametrize("variant", ["tsan", "asan"])
+def test_sanitizer_builds_run_the_core_assertions(tmp_path, variant):
+    """The debug flags reach the core: unlinking a waiter that is not queued
+    trips PLIM_ASSERT in the sanitizer builds (a plain build would not
+    notice)."""
+    src = tmp_path / "stray_unlink.c"
+    src.write_text(
+        '#include "plim_waitq.h"\n'
+        "int main(void) {\n"
+        "    plim_sem_t s; plim_waiter_t w;\n"
+        "    plim_sem_init(&s, 1, 0); plim_waiter_init(&w, 0);\n"
+        "    plim_mutex_lock(&s.mu);\n"
+        "    plim_waitq_unlink(&s, &w);   /* never linked */\n"
+        "    return 0;\n"
+        "}\n")
+    exe = tmp_path / f"stray_{variant}"
+    subprocess.run([CC, "-std=c11", "-g", *VARIANTS[variant], f"-I{CSRC}", str(src),
+                    str(CSRC / "plim_sem.c"), str(CSRC / "plim_waitq.c"), "-o", str(exe),
+                    "-lpthread"], check=True)
+    out = subprocess.run([str(exe)], env={**os.environ, **ENV}, capture_output=True,
+                         text=True, timeout=60)
+    assert out.returncode != 0
+    assert "plim_waitq_linked" in out.stderr, out.stderr[-2000:]

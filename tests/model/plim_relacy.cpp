@@ -29,7 +29,7 @@
 // is back and QUEUED is clear.
 //
 // PLIM_MODEL_WEAKEN=N compiles one order deliberately too weak, to show the
-// check has teeth (tests/test_model_check.py expects those builds to fail):
+// check has teeth (tests/test_memory_model.py expects those builds to fail):
 //   1  plim_try_acquire's successful CAS: acquire -> relaxed
 //   2  plim_release's fast CAS:            release -> relaxed
 //   3  process_locked's grant fetch_sub:   acquire -> relaxed
@@ -59,12 +59,12 @@ static const rl::memory_order MO_GRANT =
 static const rl::memory_order MO_SLOW_REL = rl::mo_release;
 static const rl::memory_order MO_ENQ_ACQ = rl::mo_acquire;
 
-static const uint64_t W_QUEUED = 1, W_CLOSED = 2;
-static const unsigned W_SHIFT = 2;
-static const int64_t W_BIAS = int64_t(1) << 61;
-static int64_t w_avail(uint64_t w) { return int64_t(w >> W_SHIFT) - W_BIAS; }
-static uint64_t w_units(int64_t n) { return uint64_t(n) << W_SHIFT; }
-static uint64_t w_make(int64_t avail) { return uint64_t(avail + W_BIAS) << W_SHIFT; }
+static const uint64_t WORD_QUEUED = 1, WORD_CLOSED = 2;
+static const unsigned WORD_SHIFT = 2;
+static const int64_t WORD_BIAS = int64_t(1) << 61;
+static int64_t word_avail(uint64_t w) { return int64_t(w >> WORD_SHIFT) - WORD_BIAS; }
+static uint64_t word_units(int64_t n) { return uint64_t(n) << WORD_SHIFT; }
+static uint64_t word_make(int64_t avail) { return uint64_t(avail + WORD_BIAS) << WORD_SHIFT; }
 
 enum { LIMIT = 2, THREADS = 3, ROUNDS = 2 };
 enum { ST_IDLE, ST_QUEUED, ST_GRANTED };
@@ -91,7 +91,7 @@ struct plim_model : rl::test_suite<plim_model, THREADS> {
 
     void before()
     {
-        word($).store(w_make(LIMIT), rl::mo_relaxed);
+        word($).store(word_make(LIMIT), rl::mo_relaxed);
         head($) = nullptr;
         tail($) = nullptr;
         data($) = 0;
@@ -106,8 +106,8 @@ struct plim_model : rl::test_suite<plim_model, THREADS> {
     void after()
     {
         uint64_t w = word($).load(rl::mo_relaxed);
-        RL_ASSERT(w_avail(w) == LIMIT);
-        RL_ASSERT((w & W_QUEUED) == 0);
+        RL_ASSERT(word_avail(w) == LIMIT);
+        RL_ASSERT((w & WORD_QUEUED) == 0);
         RL_ASSERT(head($) == nullptr);
     }
 
@@ -116,9 +116,9 @@ struct plim_model : rl::test_suite<plim_model, THREADS> {
     {
         uint64_t cur = word($).load(rl::mo_relaxed);
         for (;;) {
-            if ((cur & W_QUEUED) || w_avail(cur) < n)
+            if ((cur & WORD_QUEUED) || word_avail(cur) < n)
                 return EMPTY;
-            if (word($).compare_exchange_weak(cur, cur - w_units(n), MO_TRY_ACQ,
+            if (word($).compare_exchange_weak(cur, cur - word_units(n), MO_TRY_ACQ,
                                               rl::mo_relaxed))
                 return OK;
         }
@@ -150,28 +150,28 @@ struct plim_model : rl::test_suite<plim_model, THREADS> {
         waiter *h;
         while ((h = head($)) != nullptr) {
             uint64_t cur = word($).load(rl::mo_relaxed);
-            if (w_avail(cur) < h->need($))
+            if (word_avail(cur) < h->need($))
                 break;
-            word($).fetch_sub(w_units(h->need($)), MO_GRANT);
+            word($).fetch_sub(word_units(h->need($)), MO_GRANT);
             unlink(h);
             h->state($) = ST_GRANTED;
             done[nd++] = h;
         }
         if (head($) == nullptr)
-            word($).fetch_and(~W_QUEUED, rl::mo_relaxed);
+            word($).fetch_and(~WORD_QUEUED, rl::mo_relaxed);
         return nd;
     }
 
     int release(int64_t n, waiter **done)
     {
         uint64_t cur = word($).load(rl::mo_relaxed);
-        while (PLIM_MODEL_WEAKEN == 4 || !(cur & W_QUEUED)) {
-            if (word($).compare_exchange_weak(cur, cur + w_units(n), MO_FAST_REL,
+        while (PLIM_MODEL_WEAKEN == 4 || !(cur & WORD_QUEUED)) {
+            if (word($).compare_exchange_weak(cur, cur + word_units(n), MO_FAST_REL,
                                               rl::mo_relaxed))
                 return 0;
         }
         mu.lock($);
-        word($).fetch_add(w_units(n), MO_SLOW_REL);
+        word($).fetch_add(word_units(n), MO_SLOW_REL);
         int nd = process_locked(done);
         mu.unlock($);
         return nd;
@@ -183,9 +183,9 @@ struct plim_model : rl::test_suite<plim_model, THREADS> {
         mu.lock($);
         uint64_t cur = word($).load(rl::mo_relaxed);
         for (;;) {
-            bool fits = !(cur & W_QUEUED) && w_avail(cur) >= need;
+            bool fits = !(cur & WORD_QUEUED) && word_avail(cur) >= need;
             if (fits) {
-                if (word($).compare_exchange_weak(cur, cur - w_units(need), MO_ENQ_ACQ,
+                if (word($).compare_exchange_weak(cur, cur - word_units(need), MO_ENQ_ACQ,
                                                   rl::mo_relaxed)) {
                     w->state($) = ST_GRANTED;
                     mu.unlock($);
@@ -193,9 +193,9 @@ struct plim_model : rl::test_suite<plim_model, THREADS> {
                 }
                 continue;
             }
-            if (cur & W_QUEUED)
+            if (cur & WORD_QUEUED)
                 break;
-            if (word($).compare_exchange_weak(cur, cur | W_QUEUED, rl::mo_relaxed,
+            if (word($).compare_exchange_weak(cur, cur | WORD_QUEUED, rl::mo_relaxed,
                                               rl::mo_relaxed))
                 break;
         }
