@@ -5,18 +5,18 @@ PY := $(VENV)/bin/python
 PURE_VENV ?= .venv-pure
 
 .PHONY: all venv build debug test test-c test-py test-pure test-pythons bench bench-micro asv java clean \
-	wheels check-wheels wheel-cp311 test-aarch64 model-check relacy
+	wheels check-wheels wheel-cp311 test-aarch64 model-check relacy proto
 
 all: build
 
+# The dev tools (pyproject's PEP 735 `dev` group), then pylimiter itself,
+# editable with every extra, so `.venv/bin/python` imports it from any
+# directory while `make build` keeps the in-place extension fresh.
 $(VENV)/.deps: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q "setuptools>=64" "Cython>=3.0.10" wheel build \
-	    "pytest>=8" "hypothesis>=6.100" "pytest-benchmark>=4" "anyio>=4" "uvloop>=0.19" "rich>=13" \
-	    "pyspark>=3.5" "pandas>=1.5,<3" "pyarrow>=12" "matplotlib>=3.7" "asv>=0.6" virtualenv \
-	    "grpcio-tools>=1.85" "protobuf>=7.35" "prometheus_client>=0.20" "aiohttp>=3.9" \
-	    "pulsar-client>=3.5" psutil
+	$(PY) -m pip install -q --upgrade "pip>=25.1"
+	$(PY) -m pip install -q --group dev
+	$(PY) -m pip install -q --no-build-isolation -e '.[spark,topiclist,prometheus]'
 	touch $@
 
 venv: $(VENV)/.deps
@@ -95,7 +95,6 @@ bench-micro: build
 # asv: the suites for HEAD in this venv, then the HTML site
 # (benchmarks/.asv/html).  `asv continuous` is in benchmarks/README.md.
 asv: build
-	$(PY) -m pip install -q --no-build-isolation --no-deps -e . >/dev/null
 	cd benchmarks && ../$(PY) -m asv machine --yes --machine local >/dev/null
 	cd benchmarks && ../$(PY) -m asv run --machine local --show-stderr \
 	    --environment existing:$(CURDIR)/$(PY) --set-commit-hash $$(git rev-parse HEAD)
@@ -128,6 +127,13 @@ model-check: build relacy
 	build/model/plim_relacy 1000000
 	build/model/plim_relacy 2 bound
 	$(PY) -m pytest -q -p no:cacheprovider tests/test_memory_model.py
+
+# Regenerate the committed protobuf module from its .proto with the pinned
+# grpcio-tools (tests/pulsar/test_protocol_gencode.py checks they agree).
+PROTO_DIR := pylimiter/pulsar/topiclist
+proto: venv
+	$(PY) -m grpc_tools.protoc -I$(PROTO_DIR) --python_out=$(PROTO_DIR) \
+	    $(PROTO_DIR)/pulsar_topiclist.proto
 
 clean:
 	rm -rf build dist *.egg-info pylimiter/*.so pylimiter/_limiter_c.c reports .pytest_cache

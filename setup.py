@@ -7,29 +7,9 @@ PYLIMITER_SANITIZE=thread|address   build the extension with a sanitizer
 
 import os
 import sys
-from pathlib import Path
 
 from setuptools import Extension, setup
 
-
-def compile_proto():
-    """pylimiter/pulsar/topiclist/pulsar_topiclist_pb2.py from its .proto, with the
-    protoc bundled in grpcio-tools (a build requirement); the generated module
-    is a build output, not committed."""
-    src = Path("pylimiter/pulsar/topiclist/pulsar_topiclist.proto")
-    out = src.with_name("pulsar_topiclist_pb2.py")
-    if not src.exists() or (out.exists() and out.stat().st_mtime >= src.stat().st_mtime):
-        return
-    try:
-        from grpc_tools import protoc
-    except ImportError:
-        raise SystemExit("building pylimiter needs grpcio-tools to compile " + str(src))
-    rc = protoc.main(["protoc", f"-I{src.parent}", f"--python_out={src.parent}", str(src)])
-    if rc != 0:
-        raise SystemExit(f"protoc failed on {src} ({rc})")
-
-
-compile_proto()
 
 NO_EXTENSIONS = bool(os.environ.get("PYLIMITER_NO_EXTENSIONS"))
 if sys.implementation.name != "cpython":

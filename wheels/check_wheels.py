@@ -29,7 +29,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 PYENV = Path(os.environ.get("PYENV_VERSIONS", "/root/.pyenv/versions"))
 TEST_DEPS = ["pytest>=8", "hypothesis>=6.100"]
-WHEEL_RE = re.compile(r"^pylimiter-[^-]+-cp(\d)(\d+)-cp\d+-(?P<plat>.+)\.whl$")
+WHEEL_RE = re.compile(r"^pylimiter_pulsar-[^-]+-cp(\d)(\d+)-cp\d+-(?P<plat>.+)\.whl$")
 
 
 class CheckFailed(Exception):
@@ -69,6 +69,8 @@ def check_contents(whl: Path) -> None:
     with zipfile.ZipFile(whl) as z:
         names = z.namelist()
     missing = [m for m in WHEEL_MUST if m not in names]
+    if not any(re.match(r"pylimiter_pulsar-[^/]+\.dist-info/licenses/LICENSE$", n) for n in names):
+        missing.append("*.dist-info/licenses/LICENSE")
     if missing:
         raise CheckFailed(f"{whl.name} lacks {missing}")
     if not any(re.match(r"pylimiter/_limiter_c\..*\.(so|pyd)$", n) for n in names):
@@ -115,7 +117,8 @@ def check_sdist(sdist: Path, scratch: Path, python_version: str) -> str:
     with tarfile.open(sdist) as tar:
         names = [n.split("/", 1)[1] for n in tar.getnames() if "/" in n]
     must = ["csrc/plim.h", "csrc/plim_sem.c", "csrc/plim_waitq.c",
-            "pylimiter/_limiter_c.pyx", "setup.py", "pyproject.toml"]
+            "pylimiter/_limiter_c.pyx", "setup.py", "pyproject.toml", "LICENSE",
+            "pylimiter/pulsar/topiclist/pulsar_topiclist_pb2.py"]
     missing = [m for m in must if m not in names]
     if missing:
         raise CheckFailed(f"{sdist.name} lacks {missing}")
@@ -144,8 +147,8 @@ def main(argv=None) -> int:
     ap.add_argument("--sdist-python", default=f"{sys.version_info[0]}.{sys.version_info[1]}")
     args = ap.parse_args(argv)
 
-    wheels = sorted(args.dist.glob("pylimiter-*.whl"))
-    sdists = sorted(args.dist.glob("pylimiter-*.tar.gz"))
+    wheels = sorted(args.dist.glob("pylimiter_pulsar-*.whl"))
+    sdists = sorted(args.dist.glob("pylimiter_pulsar-*.tar.gz"))
     if not wheels and not sdists:
         print(f"error: nothing to check in {args.dist}", file=sys.stderr)
         return 2

@@ -105,13 +105,13 @@ rm -rf "$WORK/sdist" "$WORK/src" "$WORK/raw" "$WORK/dist" "$WORK/sysconf"
 "$PY" -m build --sdist --outdir "$WORK/sdist" . >"$WORK/sdist.log" 2>&1 \
     || { tail -20 "$WORK/sdist.log"; exit 1; }
 mkdir -p "$WORK/src" "$WORK/sysconf"
-tar xzf "$WORK"/sdist/pylimiter-*.tar.gz -C "$WORK/src"
+tar xzf "$WORK"/sdist/pylimiter_pulsar-*.tar.gz -C "$WORK/src"
 # The host CPython 3.11 drives setuptools, reading the arm64 interpreter's
 # build variables (CC=aarch64-linux-gnu-gcc, EXT_SUFFIX, SOABI) instead of
 # its own; the Cython output is the same C for every target.
 cp "$SYSROOT"/usr/lib/python3.11/_sysconfigdata__linux_aarch64-linux-gnu.py "$WORK/sysconf/"
 (
-    cd "$WORK"/src/pylimiter-*/
+    cd "$WORK"/src/pylimiter_pulsar-*/
     CFLAGS=-g0 LDFLAGS=-s _PYTHON_HOST_PLATFORM=linux-aarch64 \
     _PYTHON_SYSCONFIGDATA_NAME=_sysconfigdata__linux_aarch64-linux-gnu \
     PYTHONPATH="$WORK/sysconf" \

@@ -318,7 +318,7 @@ def main(argv=None, *, spark=None) -> int:
         print(f"{PROG}: error: {exc}", file=sys.stderr)
         return 2
     except ImportError as exc:
-        print(f"{PROG}: error: {exc.name} is missing; pip install 'pylimiter[spark]'",
+        print(f"{PROG}: error: {exc.name} is missing; pip install 'pylimiter-pulsar[spark]'",
               file=sys.stderr)
         return 2
 

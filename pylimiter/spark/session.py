@@ -17,12 +17,12 @@ from pathlib import Path
 from typing import Iterator, Mapping, Optional
 from urllib.parse import urlparse
 
+from .._cli import UsageError
+
+__all__ = ["DEFAULT_MASTER", "UsageError", "check_master", "quiet_log4j", "spark_session",
+           "start_spark", "write_table"]
+
 DEFAULT_MASTER = "local[*]"
-
-
-class UsageError(Exception):
-    """Bad input from the command line or an input file: the CLI prints one
-    line and exits with status 2."""
 
 
 def check_master(master: str, timeout: float = 3.0) -> None:
