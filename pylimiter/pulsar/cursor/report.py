@@ -56,12 +56,20 @@ def write_report(out: Path, points, tables, *, env_extra: dict, command: str) ->
     lo = life[(life.rule == "deliverable") & (~life.compensator)]
     longer = (lo.measured_median_min.median() / lp.measured_median_min.median()
               if len(lo) and len(lp) else float("nan"))
+    acts = {(r, c): int(summary[(summary.rule == r) & (summary.compensator == c)]
+                        .quota_actions.sum())
+            for r in ("publish", "deliverable") for c in (False, True)}
+    quota = (f"The backlog quota ({fmt_bytes(p0.quota_bytes)}, {p0.quota_policy}) fired "
+             f"{acts['deliverable', False]:,} times under our rule without the compensator, "
+             f"{acts['deliverable', True]:,} with it, and {acts['publish', False]:,} under "
+             f"Pulsar's rule (whose TTL throws the delayed messages away). "
+             if p0.quota_bytes >= 0 else "")
     page.verdict(
         f"Under Pulsar's rule {lost_p:,} of {delayed:,} delayed messages "
         f"({lost_p / max(delayed, 1):.0%}) were expired before their delivery time; under ours "
         f"{lost_o:,}. The compensator cut the peak number of hole ranges from "
         f"{ranges_off:,.0f} to {ranges_on:,.0f} on average (peak range-set memory "
-        f"{fmt_bytes(mem_off)} -> {fmt_bytes(mem_on)}). Measured message lifetimes miss "
+        f"{fmt_bytes(mem_off)} -> {fmt_bytes(mem_on)}). {quota}Measured message lifetimes miss "
         f"max(TTL, retention) + rollover delay by {mae_pulsar:,.1f} min on average, and the "
         f"seed's TTL + retention rule by {mae_seed:,.1f} min: retention counts from the "
         f"ledger's close, not after TTL. The price of never expiring a delayed message early: "
@@ -125,17 +133,18 @@ def write_report(out: Path, points, tables, *, env_extra: dict, command: str) ->
 
     # ---- 3. lifetimes
     if len(lp):
-        g = lp.groupby("point").apply(
-            lambda x: (x.measured_median_min * x.messages).sum() / x.messages.sum(),
-            include_groups=False)
+        # Message-weighted medians per point, over the fates.
+        w = lp.assign(m=lp.measured_median_min * lp.messages,
+                      x=lp.pulsar_rule_median_min * lp.messages).groupby("point")[
+            ["m", "x", "messages", "seed_rule_min"]].agg(
+            {"m": "sum", "x": "sum", "messages": "sum", "seed_rule_min": "first"})
         meta = summary[(summary.rule == "publish") & (~summary.compensator)].set_index("point")
-        pts = list(g.index)
+        pts = list(w.index)
         fig, ax = plt.subplots(figsize=(FULL_WIDTH_IN, 4.8))
         xs = range(len(pts))
-        seed = [lp[lp.point == pt].seed_rule_min.iloc[0] for pt in pts]
-        pul = [(lp[lp.point == pt].pulsar_rule_median_min * lp[lp.point == pt].messages).sum()
-               / lp[lp.point == pt].messages.sum() for pt in pts]
-        ax.bar([x - 0.27 for x in xs], g.values, 0.27, label="measured (median)",
+        seed = list(w.seed_rule_min)
+        pul = list(w.x / w.messages)
+        ax.bar([x - 0.27 for x in xs], list(w.m / w.messages), 0.27, label="measured (median)",
                color="#34495e")
         ax.bar(list(xs), pul, 0.27, label="max(TTL, retention) + rollover delay",
                color="#27ae60")
@@ -158,7 +167,8 @@ def write_report(out: Path, points, tables, *, env_extra: dict, command: str) ->
             "blocked_min", "peak_ranges", "peak_range_bytes", "peak_backlog_bytes",
             "not_deleted"]
     page.table(summary.assign(compensator=summary.compensator.map({True: "on", False: "off"}))
-               .sort_values(["point", "rule", "compensator"]), cols, title="Every subscription")
+               .sort_values(["point", "rule", "compensator"]), cols, title="Every subscription",
+               floats="{:.3g}")
     page.table(life.assign(compensator=life.compensator.map({True: "on", False: "off"}))
                .sort_values(["point", "rule", "compensator", "fate"]),
                ["point", "ttl_min", "retention_min", "rollover_entries", "rule", "compensator",
