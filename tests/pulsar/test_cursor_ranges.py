@@ -108,6 +108,19 @@ def test_bad_positions_are_refused_at_the_call(bad, exc):
     assert s.cardinality == 0 and len(s) == 0
 
 
+def test_ids_beyond_64_bits_are_refused_without_changing_the_set():
+    s = AckRangeSet()
+    s.add((1, 5))
+    for bad in [(1, 2**63), (1, 2**63 + 7), (2**63, 0)]:
+        with pytest.raises((ValueError, OverflowError)):
+            s.add(bad)
+        assert s.ranges() == [((1, 4), (1, 5))] and s.cardinality == 1
+    with pytest.raises(ValueError, match="64-bit"):
+        s.add_range((1, 10), (1, 2**63))
+    assert s.add((1, 2**63 - 1))
+    assert s.ranges() == [((1, 4), (1, 5)), ((1, 2**63 - 2), (1, 2**63 - 1))]
+
+
 def test_to_records_caps_the_number_of_ranges():
     s = AckRangeSet()
     for e in range(0, 20, 2):

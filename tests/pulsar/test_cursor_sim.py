@@ -81,7 +81,8 @@ def test_usage_errors_are_one_line_and_exit_2(tmp_path, capsys):
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "unsupported master URL" in err
     for bad in (["simulate", "--ttl-min", "0"], ["simulate", "--ack-fail", "1.5"],
-                ["simulate", "--quota-policy", "drop"], ["simulate", "--out", "/proc/x"]):
+                ["simulate", "--quota-policy", "drop"], ["simulate", "--out", "/proc/x"],
+                ["simulate", "--quota-kib", "-2"], ["simulate", "--rollover-entries", "1,x"]):
         with pytest.raises(SystemExit) as exc:
             cli(bad)
         assert exc.value.code == 2

@@ -12,6 +12,9 @@ from typing import Tuple
 
 Position = Tuple[int, int]
 
+#: Ids are stored as signed 64-bit integers, as Pulsar's longs.
+MAX_ID = 2**63 - 1
+
 
 def _int(value, what: str, whole) -> int:
     if isinstance(value, bool):
@@ -25,11 +28,12 @@ def _int(value, what: str, whole) -> int:
 def as_position(value, what: str = "position") -> Position:
     """as_position returns ``value`` as an ``(int, int)`` tuple.  Raises
     TypeError for anything that is not a pair of integers, and ValueError
-    for a negative ledger id or an entry id below -1 (``(L, -1)`` is the
-    position before a ledger's first entry)."""
+    for a negative ledger id, an entry id below -1 (``(L, -1)`` is the
+    position before a ledger's first entry) or an id beyond 2**63 - 1."""
     if type(value) is tuple and len(value) == 2:
         ledger, entry = value
-        if type(ledger) is int and type(entry) is int and ledger >= 0 and entry >= -1:
+        if (type(ledger) is int and type(entry) is int and 0 <= ledger <= MAX_ID
+                and -1 <= entry <= MAX_ID):
             return value
     try:
         ledger, entry = value
@@ -41,6 +45,8 @@ def as_position(value, what: str = "position") -> Position:
         raise ValueError(f"{what} {value!r}: ledger_id must be >= 0")
     if entry < -1:
         raise ValueError(f"{what} {value!r}: entry_id must be >= -1")
+    if ledger > MAX_ID or entry > MAX_ID:
+        raise ValueError(f"{what} {value!r}: ids must fit in a signed 64-bit integer")
     return (ledger, entry)
 
 

@@ -102,12 +102,14 @@ class AckRangeSet:
             hi = self._chi
             last = hi[-1]
             if entry > last:
-                # In-order ack at the tail of the ledger touched last.
+                # In-order ack at the tail of the ledger touched last.  An
+                # entry beyond 2**63 - 1 fails the first array write, before
+                # anything changed.
                 if entry == last + 1:
                     hi[-1] = entry
                 else:
-                    self._clo.append(entry - 1)
                     hi.append(entry)
+                    self._clo.append(entry - 1)
                     self._nranges += 1
                 self._card += 1
                 return True
@@ -134,8 +136,8 @@ class AckRangeSet:
         elif join_next:
             lo[i] = entry - 1
         else:
-            lo.insert(i, entry - 1)
             hi.insert(i, entry)
+            lo.insert(i, entry - 1)
             self._nranges += 1
         self._card += 1
         return True

@@ -52,6 +52,16 @@ def _share_list(text: str):
     return vals
 
 
+def _quota(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+    if value < -1:
+        raise argparse.ArgumentTypeError(f"must be >= 0, or -1 for no quota; got {value}")
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
     ap = make_parser(PROG, "Message lifecycle of Pulsar subscriptions: acknowledgment holes, "
                            "TTL with delayed messages, backlog quotas, retention.")
@@ -82,7 +92,7 @@ def build_parser() -> argparse.ArgumentParser:
     f.add_argument("--compensate-age-min", type=non_negative_int, default=10,
                    help="a hole is redelivered when sent longer ago than this (minutes)")
     f.add_argument("--msg-bytes", type=positive_int, default=1024, help="message size")
-    f.add_argument("--quota-kib", type=int, default=512,
+    f.add_argument("--quota-kib", type=_quota, default=512,
                    help="backlog quota on the holes' bytes, KiB (-1: none)")
     f.add_argument("--quota-policy", choices=POLICIES, default="producer_exception")
     f.add_argument("--seed", type=int, default=1)
