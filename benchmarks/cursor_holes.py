@@ -208,16 +208,17 @@ def main(argv=None) -> int:
         sp = speed(acks, args.rounds)
         mr = memory("ranges", acks)
         mb = memory("bitmap", acks)
-        rows.append(dict(
-            pattern=pattern, python=py, entries=args.entries, acks=len(acks), holes=holes,
-            ranges=mr["ranges"], ranges_ns_per_ack=round(sp["ranges"], 1),
-            bitmap_ns_per_ack=round(sp["bitmap"], 1),
-            speed_ratio=round(sp["ranges"] / sp["bitmap"], 2),
-            ranges_bytes=mr["bytes"], ranges_getsizeof=mr["getsizeof"],
-            ranges_bytes_per_range=round(mr["bytes"] / max(mr["ranges"], 1), 1),
-            ranges_bytes_per_hole=round(mr["bytes"] / holes, 1) if holes else None,
-            bitmap_bytes=mb["bytes"], bitmap_optimized_bytes=mb["bytes_optimized"],
-        ))
+        rows.append({
+            "pattern": pattern, "python": py, "entries": args.entries, "acks": len(acks),
+            "holes": holes,
+            "ranges": mr["ranges"], "ranges_ns_per_ack": round(sp["ranges"], 1),
+            "bitmap_ns_per_ack": round(sp["bitmap"], 1),
+            "speed_ratio": round(sp["ranges"] / sp["bitmap"], 2),
+            "ranges_bytes": mr["bytes"], "ranges_getsizeof": mr["getsizeof"],
+            "ranges_bytes_per_range": round(mr["bytes"] / max(mr["ranges"], 1), 1),
+            "ranges_bytes_per_hole": round(mr["bytes"] / holes, 1) if holes else None,
+            "bitmap_bytes": mb["bytes"], "bitmap_optimized_bytes": mb["bytes_optimized"],
+        })
     with open(args.out / "cursor_holes.csv", "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=list(rows[0]))
         w.writeheader()
@@ -239,9 +240,9 @@ def main(argv=None) -> int:
         acks, holes = positions("random", args.entries, args.ledger_entries, hole_rate=rate)
         mr = memory("ranges", acks)
         mb = memory("bitmap", acks)
-        sweep.append(dict(hole_rate=rate, holes=holes, ranges=mr["ranges"],
-                          ranges_bytes=mr["bytes"], bitmap_bytes=mb["bytes"],
-                          bitmap_optimized_bytes=mb["bytes_optimized"]))
+        sweep.append({"hole_rate": rate, "holes": holes, "ranges": mr["ranges"],
+                      "ranges_bytes": mr["bytes"], "bitmap_bytes": mb["bytes"],
+                      "bitmap_optimized_bytes": mb["bytes_optimized"]})
     with open(args.out / "cursor_holes_memory.csv", "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=list(sweep[0]))
         w.writeheader()

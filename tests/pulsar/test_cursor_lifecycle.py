@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from pylimiter.pulsar.cursor import BacklogQuota, Cursor, EntryMeta, Expirer, is_entry_expired
+from pylimiter.pulsar.cursor import (
+    BacklogQuota,
+    Cursor,
+    EntryMeta,
+    Expirer,
+    is_entry_expired,
+)
 
 DAY_MS = 86_400_000
 DAY_S = 86_400
@@ -23,13 +29,13 @@ def test_ttl_zero_or_negative_never_expires():
 
 def test_seed_case_delay_10_days_ttl_5_days():
     publish, deliver = 0, 10 * DAY_MS
-    ours = dict(deliver_at_ms=deliver)
+    ours = {"deliver_at_ms": deliver}
     assert not is_entry_expired(5 * DAY_S, publish, 6 * DAY_MS, **ours)
     assert not is_entry_expired(5 * DAY_S, publish, 14 * DAY_MS, **ours)
     assert not is_entry_expired(5 * DAY_S, publish, 15 * DAY_MS, **ours)
     assert is_entry_expired(5 * DAY_S, publish, 15 * DAY_MS + 1, **ours)
     # Pulsar's rule: gone after day 5, five days before anyone could read it.
-    pulsar = dict(deliver_at_ms=deliver, delayed="publish")
+    pulsar = {"deliver_at_ms": deliver, "delayed": "publish"}
     assert not is_entry_expired(5 * DAY_S, publish, 5 * DAY_MS, **pulsar)
     assert is_entry_expired(5 * DAY_S, publish, 5 * DAY_MS + 1, **pulsar)
 

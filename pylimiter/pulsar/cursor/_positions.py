@@ -8,9 +8,8 @@ positions are always returned as tuples of ``int``.  ``bool`` is refused:
 from __future__ import annotations
 
 import operator
-from typing import Tuple
 
-Position = Tuple[int, int]
+Position = tuple[int, int]
 
 #: Ids are stored as signed 64-bit integers, as Pulsar's longs.
 MAX_ID = 2**63 - 1

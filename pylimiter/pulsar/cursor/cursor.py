@@ -14,7 +14,7 @@ run that ends a ledger is followed into the next ledger's first range.
 from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
-from typing import Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
+from collections.abc import Iterator, Mapping, Sequence
 
 from ._positions import Position, _int, as_position, fmt
 from .ranges import AckRangeSet
@@ -30,11 +30,11 @@ class Cursor:
     negative entry count or a mark-delete position outside ``ledgers``.
     """
 
-    __slots__ = ("_ids", "_count", "_md", "_acked")
+    __slots__ = ("_acked", "_count", "_ids", "_md")
 
-    def __init__(self, ledgers: Sequence[Tuple[int, int]], mark_delete) -> None:
-        self._ids: List[int] = []
-        self._count: Dict[int, int] = {}
+    def __init__(self, ledgers: Sequence[tuple[int, int]], mark_delete) -> None:
+        self._ids: list[int] = []
+        self._count: dict[int, int] = {}
         for item in ledgers:
             try:
                 ledger_id, entry_count = item
@@ -72,7 +72,7 @@ class Cursor:
             raise ValueError(f"{what} {fmt(pos)} is not an entry of this cursor's ledgers")
         return pos
 
-    def _next_entry(self, pos: Position) -> Optional[Position]:
+    def _next_entry(self, pos: Position) -> Position | None:
         """The first entry after ``pos``, or None at the end of the topic."""
         ledger, entry = pos
         n = self._count.get(ledger)
@@ -84,7 +84,7 @@ class Cursor:
                 return (ids[k], 0)
         return None
 
-    def _windows(self, read_position: Position) -> Iterator[Tuple[int, int, int]]:
+    def _windows(self, read_position: Position) -> Iterator[tuple[int, int, int]]:
         """(ledger, start, stop): the entries start..stop-1 of each ledger
         that lie after mark-delete and before ``read_position``."""
         md_l, md_e = self._md
@@ -127,8 +127,7 @@ class Cursor:
                 nxt = self._next_entry(self._md)
                 if nxt is not None and nxt <= lower:
                     return                      # an unacknowledged entry is in between
-            if upper > self._md:
-                self._md = upper
+            self._md = max(self._md, upper)
             acked.remove_at_most(self._md)
 
     def ack(self, position) -> bool:
@@ -233,7 +232,7 @@ class Cursor:
         self._acked.remove_at_most(self._md)
         self._advance()
 
-    def _split(self, lower: Position, upper: Position) -> Iterator[Tuple[int, int, int]]:
+    def _split(self, lower: Position, upper: Position) -> Iterator[tuple[int, int, int]]:
         (l1, e1), (l2, e2) = lower, upper
         ids = self._ids
         for k in range(bisect_left(ids, l1), bisect_right(ids, l2)):
@@ -266,7 +265,7 @@ class HoleCompensator:
         self.cursor = cursor
         self.min_age_ms = min_age_ms
 
-    def due(self, read_position, now_ms: int, sent_at: Mapping[Position, int]) -> List[Position]:
+    def due(self, read_position, now_ms: int, sent_at: Mapping[Position, int]) -> list[Position]:
         """due returns, ascending, the holes before ``read_position`` that are
         in ``sent_at`` and were sent more than ``min_age_ms`` before
         ``now_ms``.  Holes missing from ``sent_at`` are not due; ``sent_at``

@@ -20,7 +20,8 @@ unexpired ones in between stay holes.
 from __future__ import annotations
 
 import math
-from typing import Iterable, Mapping, NamedTuple, Optional
+from collections.abc import Iterable, Mapping
+from typing import NamedTuple
 
 from ._positions import Position, as_position, fmt
 from .cursor import Cursor
@@ -35,7 +36,7 @@ class EntryMeta(NamedTuple):
 
     position: Position
     publish_time_ms: int
-    deliver_at_ms: Optional[int] = None
+    deliver_at_ms: int | None = None
 
 
 def _check_delayed(delayed) -> None:
@@ -52,7 +53,7 @@ def _number(value, what: str) -> float:
 
 
 def is_entry_expired(ttl_seconds: float, publish_time_ms: int, now_ms: int, *,
-                     deliver_at_ms: Optional[int] = None, delayed: str = "deliverable") -> bool:
+                     deliver_at_ms: int | None = None, delayed: str = "deliverable") -> bool:
     """is_entry_expired says whether a message has outlived its TTL at
     ``now_ms``.  ``ttl_seconds <= 0`` never expires.  Without a delivery time
     (or one not after publish) the rule is strict: ``now > publish + ttl``.
@@ -74,7 +75,7 @@ class Expirer:
     ``PersistentMessageExpiryMonitor`` does every
     ``messageExpiryCheckIntervalInMinutes`` (5 by default)."""
 
-    __slots__ = ("cursor", "ttl_seconds", "delayed")
+    __slots__ = ("cursor", "delayed", "ttl_seconds")
 
     def __init__(self, cursor: Cursor, ttl_seconds: float, *, delayed: str = "deliverable"):
         if not isinstance(cursor, Cursor):
@@ -158,7 +159,7 @@ class BacklogQuota:
         self.limit_time_s = _number(limit_time_s, "limit_time_s")
         self.policy = policy
 
-    def check(self, backlog_size: int, oldest_unacked_age_s: float) -> Optional[str]:
+    def check(self, backlog_size: int, oldest_unacked_age_s: float) -> str | None:
         """check returns the policy name when a limit is hit, else None."""
         if self.limit_size >= 0 and backlog_size >= self.limit_size:
             return self.policy

@@ -31,11 +31,11 @@ from __future__ import annotations
 import sys
 from array import array
 from bisect import bisect_left, bisect_right, insort
-from typing import Iterator, List, Optional, Tuple
+from collections.abc import Iterator
 
 from ._positions import Position, as_position, fmt
 
-Range = Tuple[Position, Position]
+Range = tuple[Position, Position]
 
 
 class AckRangeSet:
@@ -47,16 +47,16 @@ class AckRangeSet:
     (its arrays, lists and dict included).
     """
 
-    __slots__ = ("_ids", "_led", "_nranges", "_card", "_cl", "_clo", "_chi")
+    __slots__ = ("_card", "_chi", "_cl", "_clo", "_ids", "_led", "_nranges")
 
     def __init__(self) -> None:
-        self._ids: List[int] = []                       # ledger ids with ranges, ascending
+        self._ids: list[int] = []                       # ledger ids with ranges, ascending
         self._led: dict = {}                            # ledger id -> (lo, hi) arrays
         self._nranges = 0
         self._card = 0
         # The ledger touched last and its arrays, for the in-order fast path;
         # None when it has no ranges any more.
-        self._cl: Optional[int] = None
+        self._cl: int | None = None
         self._clo = self._chi = None
 
     # ---- internals ---------------------------------------------------------------
@@ -219,7 +219,7 @@ class AckRangeSet:
 
     __contains__ = contains
 
-    def ranges(self) -> List[Range]:
+    def ranges(self) -> list[Range]:
         """ranges returns every range, coalesced and ascending, as
         ``((L, lower), (L, upper))`` tuples."""
         out = []
@@ -234,7 +234,7 @@ class AckRangeSet:
             for a, b in zip(lo, hi):
                 yield (ledger, a), (ledger, b)
 
-    def first_range(self) -> Optional[Range]:
+    def first_range(self) -> Range | None:
         """first_range returns the lowest range, or None when the set is empty."""
         if not self._ids:
             return None
@@ -250,7 +250,7 @@ class AckRangeSet:
         """The number of acknowledged positions."""
         return self._card
 
-    def to_records(self, max_ranges: Optional[int] = None) -> List[Range]:
+    def to_records(self, max_ranges: int | None = None) -> list[Range]:
         """to_records returns the ranges for persistence; with ``max_ranges``,
         only the first ``max_ranges`` of them (Pulsar persists at most
         ``managedLedgerMaxUnackedRangesToPersist``, 10000 by default, and the
@@ -261,7 +261,7 @@ class AckRangeSet:
             raise TypeError(f"max_ranges must be an int or None, got {max_ranges!r}")
         if max_ranges < 0:
             raise ValueError(f"max_ranges must be >= 0, got {max_ranges}")
-        out: List[Range] = []
+        out: list[Range] = []
         if max_ranges == 0:
             return out
         for r in self._iter_ranges():

@@ -119,10 +119,10 @@ def run_variant(p: Point, delayed_rule: str, compensate: bool) -> dict:
     delivered = set()
     sent_at = {}                 # hole -> last delivery time (ms)
     fate = {}                    # position -> how it was acknowledged
-    out = dict(published=0, delayed=0, lost_before_delivery=0, evicted_before_delivery=0,
-               expired=0, evicted=0, consumed=0, redelivered=0, quota_actions=0,
-               blocked_min=0, peak_ranges=0, peak_range_bytes=0, peak_holes=0,
-               peak_backlog_bytes=0, cursor_rebuilds=0)
+    out = dict.fromkeys(
+        ("published", "delayed", "lost_before_delivery", "evicted_before_delivery", "expired",
+         "evicted", "consumed", "redelivered", "quota_actions", "blocked_min", "peak_ranges",
+         "peak_range_bytes", "peak_holes", "peak_backlog_bytes", "cursor_rebuilds"), 0)
     series = []
     carry = 0                    # messages the producer could not send yet
     blocked = False
@@ -285,22 +285,22 @@ def _lifetimes(p: Point, ledgers, fate) -> list:
         if led.deleted_ms < 0:
             continue
         for e, pub in enumerate(led.pub):
-            how = fate.get((led.lid, e), "consumed")   # at or below mark-delete by a cumulative move
+            how = fate.get((led.lid, e), "consumed")
             measured = (led.deleted_ms - pub) / MIN_MS
             pulsar = max(p.ttl_min, p.retention_min) + (led.closed_ms - pub) / MIN_MS
             groups.setdefault(how, []).append((measured, pulsar))
     rows = []
     for how, vals in sorted(groups.items()):
         measured = [m for m, _ in vals]
-        rows.append(dict(
-            fate=how, messages=len(vals),
-            measured_median_min=statistics.median(measured),
-            measured_p95_min=_quantile(measured, 0.95),
-            seed_rule_min=seed,
-            pulsar_rule_median_min=statistics.median(x for _, x in vals),
-            seed_rule_mae_min=statistics.fmean(abs(m - seed) for m in measured),
-            pulsar_rule_mae_min=statistics.fmean(abs(m - x) for m, x in vals),
-        ))
+        rows.append({
+            "fate": how, "messages": len(vals),
+            "measured_median_min": statistics.median(measured),
+            "measured_p95_min": _quantile(measured, 0.95),
+            "seed_rule_min": seed,
+            "pulsar_rule_median_min": statistics.median(x for _, x in vals),
+            "seed_rule_mae_min": statistics.fmean(abs(m - seed) for m in measured),
+            "pulsar_rule_mae_min": statistics.fmean(abs(m - x) for m, x in vals),
+        })
     return rows
 
 

@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import argparse
 import time
+from collections.abc import Sequence
 from dataclasses import asdict
 from pathlib import Path
-from typing import Optional, Sequence
 
 from ..._cli import (
     fmt_bytes,
@@ -63,6 +63,7 @@ def _quota(text: str) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The command line: ``simulate`` and its sweep and fixed options."""
     ap = make_parser(PROG, "Message lifecycle of Pulsar subscriptions: acknowledgment holes, "
                            "TTL with delayed messages, backlog quotas, retention.")
     sub = subparsers(ap, dest="command", required=True)
@@ -105,12 +106,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def points_of(args) -> list:
-    base = dict(rate=args.rate, publish_min=args.publish_min,
-                rollover_max_min=args.rollover_max_min, ttl_check_min=args.ttl_check_min,
-                compensate_every_min=args.compensate_every_min,
-                compensate_age_min=args.compensate_age_min, msg_bytes=args.msg_bytes,
-                quota_bytes=args.quota_kib * 1024 if args.quota_kib >= 0 else -1,
-                quota_policy=args.quota_policy, seed=args.seed)
+    """Every combination of the sweep lists, as sim.Point (the fixed options
+    shared)."""
+    base = {"rate": args.rate, "publish_min": args.publish_min,
+            "rollover_max_min": args.rollover_max_min, "ttl_check_min": args.ttl_check_min,
+            "compensate_every_min": args.compensate_every_min,
+            "compensate_age_min": args.compensate_age_min, "msg_bytes": args.msg_bytes,
+            "quota_bytes": args.quota_kib * 1024 if args.quota_kib >= 0 else -1,
+            "quota_policy": args.quota_policy, "seed": args.seed}
     return [Point(ttl, ret, share, fail, roll, **base)
             for ttl in args.ttl_min for ret in args.retention_min
             for share in args.delayed_share for fail in args.ack_fail
@@ -125,7 +128,7 @@ def _run_partition(items):
         yield idx, results, time.perf_counter() - t0
 
 
-def main(argv: Optional[Sequence[str]] = None, *, spark=None) -> int:
+def main(argv: Sequence[str] | None = None, *, spark=None) -> int:
     """Run the sweep; ``spark`` adopts a running session (tests)."""
     args = build_parser().parse_args(argv)
     require(["pyspark", "pandas", "matplotlib"], "spark")
@@ -149,9 +152,9 @@ def main(argv: Optional[Sequence[str]] = None, *, spark=None) -> int:
     wall = time.perf_counter() - t0
     from .report import write_report
 
-    index = write_report(args.out, points, tables, env_extra=dict(
-        spark_version=spark_version, wall=fmt_seconds(wall),
-        task_seconds=sum(r[2] for r in collected)),
+    index = write_report(args.out, points, tables, env_extra={
+        "spark_version": spark_version, "wall": fmt_seconds(wall),
+        "task_seconds": sum(r[2] for r in collected)},
         command=command_line(PROG, argv))
     summary = {(r["point"], r["rule"], r["compensator"]): r for r in _rows(tables["summary"])}
     lost = {rule: sum(r["lost_before_delivery"] for k, r in summary.items()
@@ -224,7 +227,8 @@ def _rows(table) -> list:
     return [dict(zip(names, r)) for r in rows]
 
 
-def cli(argv: Optional[Sequence[str]] = None) -> int:
+def cli(argv: Sequence[str] | None = None) -> int:
+    """main with the exit statuses of pylimiter._cli (2 usage, 1 runtime)."""
     return run(main, PROG, argv)
 
 
