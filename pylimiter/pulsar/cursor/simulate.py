@@ -53,13 +53,8 @@ def _share_list(text: str):
 
 
 def _quota(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
-    if value < -1:
-        raise argparse.ArgumentTypeError(f"must be >= 0, or -1 for no quota; got {value}")
-    return value
+    """KiB >= 0, or -1 for no quota."""
+    return -1 if text.strip() == "-1" else non_negative_int(text)
 
 
 def build_parser() -> argparse.ArgumentParser:
