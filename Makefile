@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 PURE_VENV ?= .venv-pure
 
 .PHONY: all venv build debug test test-c test-py test-pure test-pythons bench bench-micro asv java clean \
-	wheels check-wheels wheel-cp311 test-aarch64 model-check relacy proto
+	wheels check-wheels wheel-cp311 test-aarch64 model-check relacy proto cursor-sim cursor-bench
 
 all: build
 
@@ -127,6 +127,17 @@ model-check: build relacy
 	build/model/plim_relacy 1000000
 	build/model/plim_relacy 2 bound
 	$(PY) -m pytest -q -p no:cacheprovider tests/test_memory_model.py
+
+# Message lifecycle (pylimiter.pulsar.cursor): the subscription sweep on
+# Spark local[*] -> reports/cursor/index.html (CURSOR_ARGS passes options,
+# e.g. CURSOR_ARGS="--ttl-min 60 --delayed-share 0,0.2"); and the
+# hole-tracking benchmark against pyroaring -> benchmarks/results/cursor_holes*.
+CURSOR_ARGS ?=
+cursor-sim: build java
+	$(PY) -m pylimiter.pulsar.cursor simulate --out reports/cursor $(CURSOR_ARGS)
+
+cursor-bench: build
+	$(PY) -m benchmarks.cursor_holes
 
 # Regenerate the committed protobuf module from its .proto with the pinned
 # grpcio-tools (tests/pulsar/test_protocol_gencode.py checks they agree).

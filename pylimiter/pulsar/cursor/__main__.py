@@ -1,0 +1,7 @@
+"""python -m pylimiter.pulsar.cursor simulate ..."""
+
+import sys
+
+from .simulate import cli
+
+sys.exit(cli())

@@ -1,0 +1,286 @@
+"""Cursor: one subscription's acknowledgment state over a topic's ledgers,
+after Pulsar's ``ManagedCursorImpl``, and HoleCompensator, Tencent's task
+that redelivers acknowledgment holes.
+
+Everything at or below ``mark_delete_position`` is acknowledged; acks beyond
+it live in ``acked`` (an AckRangeSet).  Mark-delete advances whenever the
+first range starts right after it, that is when no entry of the topic lies
+in ``(mark_delete, first_range.lower]`` (Pulsar's ``asyncDelete`` asks the
+managed ledger for the number of entries in that interval): acking 3 after
+1, 2, 4, 5 moves mark-delete from 2 to 5 in one step, and an acknowledged
+run that ends a ledger is followed into the next ledger's first range.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left, bisect_right
+from collections.abc import Iterator, Mapping, Sequence
+
+from ._positions import Position, _int, as_position, fmt
+from .ranges import AckRangeSet
+
+
+class Cursor:
+    """Cursor tracks what one subscription acknowledged over ``ledgers``,
+    a sequence of ``(ledger_id, entry_count)`` with increasing ids.
+
+    ``mark_delete`` is the position everything up to is acknowledged: an
+    entry of a ledger, or ``(L, -1)`` for a ledger L in ``ledgers`` (nothing
+    of L acknowledged yet).  ValueError for ids that do not increase, a
+    negative entry count or a mark-delete position outside ``ledgers``.
+    """
+
+    __slots__ = ("_acked", "_count", "_ids", "_md")
+
+    def __init__(self, ledgers: Sequence[tuple[int, int]], mark_delete) -> None:
+        self._ids: list[int] = []
+        self._count: dict[int, int] = {}
+        for item in ledgers:
+            try:
+                ledger_id, entry_count = item
+            except (TypeError, ValueError):
+                raise TypeError(f"ledgers must hold (ledger_id, entry_count) pairs, "
+                                f"got {item!r}") from None
+            self.append_ledger(ledger_id, entry_count)
+        md = as_position(mark_delete, "mark_delete")
+        if md[0] not in self._count or md[1] >= self._count[md[0]]:
+            raise ValueError(f"mark_delete {fmt(md)} is not an entry of ledgers, nor (L, -1) "
+                             f"for one of them")
+        self._md: Position = md
+        self._acked = AckRangeSet()
+
+    # ---- the topic's entries -------------------------------------------------------
+
+    def append_ledger(self, ledger_id: int, entry_count: int) -> None:
+        """append_ledger adds a ledger the topic rolled over to.  ValueError
+        when its id is not above every known id or its count is negative."""
+        ledger_id = _int(ledger_id, "ledger", (ledger_id, entry_count))
+        entry_count = _int(entry_count, "ledger", (ledger_id, entry_count))
+        if ledger_id < 0:
+            raise ValueError(f"ledger id must be >= 0, got {ledger_id}")
+        if self._ids and ledger_id <= self._ids[-1]:
+            raise ValueError(f"ledger ids must increase: {ledger_id} after {self._ids[-1]}")
+        if entry_count < 0:
+            raise ValueError(f"ledger {ledger_id}: entry_count must be >= 0, got {entry_count}")
+        self._ids.append(ledger_id)
+        self._count[ledger_id] = entry_count
+
+    def _entry(self, position, what: str = "position") -> Position:
+        pos = as_position(position, what)
+        n = self._count.get(pos[0])
+        if n is None or not 0 <= pos[1] < n:
+            raise ValueError(f"{what} {fmt(pos)} is not an entry of this cursor's ledgers")
+        return pos
+
+    def _next_entry(self, pos: Position) -> Position | None:
+        """The first entry after ``pos``, or None at the end of the topic."""
+        ledger, entry = pos
+        n = self._count.get(ledger)
+        if n is not None and entry + 1 < n:
+            return (ledger, entry + 1)
+        ids = self._ids
+        for k in range(bisect_right(ids, ledger), len(ids)):
+            if self._count[ids[k]]:
+                return (ids[k], 0)
+        return None
+
+    def _windows(self, read_position: Position) -> Iterator[tuple[int, int, int]]:
+        """(ledger, start, stop): the entries start..stop-1 of each ledger
+        that lie after mark-delete and before ``read_position``."""
+        md_l, md_e = self._md
+        rd_l, rd_e = read_position
+        ids = self._ids
+        for k in range(bisect_left(ids, md_l), len(ids)):
+            ledger = ids[k]
+            if ledger > rd_l:
+                return
+            start = md_e + 1 if ledger == md_l else 0
+            stop = self._count[ledger]
+            if ledger == rd_l:
+                stop = min(stop, max(rd_e, 0))
+            if start < stop:
+                yield ledger, start, stop
+
+    # ---- acknowledgments -----------------------------------------------------------
+
+    @property
+    def mark_delete_position(self) -> Position:
+        """Everything at or below this position is acknowledged."""
+        return self._md
+
+    @property
+    def acked(self) -> AckRangeSet:
+        """The acknowledgments beyond mark-delete (Pulsar's
+        individuallyDeletedMessages)."""
+        return self._acked
+
+    def _advance(self) -> None:
+        """Move mark-delete over an acknowledged run that starts right after
+        it, as often as one does (across ledger ends), dropping those ranges."""
+        acked = self._acked
+        while True:
+            first = acked.first_range()
+            if first is None:
+                return
+            lower, upper = first
+            if lower > self._md:
+                nxt = self._next_entry(self._md)
+                if nxt is not None and nxt <= lower:
+                    return                      # an unacknowledged entry is in between
+            self._md = max(self._md, upper)
+            acked.remove_at_most(self._md)
+
+    def ack(self, position) -> bool:
+        """ack acknowledges one entry.  Returns False if it already was (at or
+        below mark-delete, or in a range).  When it closes the gap after
+        mark-delete, mark-delete advances over the acknowledged run.
+        ValueError for a position that is not an entry of the ledgers."""
+        pos = self._entry(position)
+        if pos <= self._md or not self._acked.add(pos):
+            return False
+        self._advance()
+        return True
+
+    def ack_cumulative(self, position) -> None:
+        """ack_cumulative acknowledges everything up to ``position``:
+        mark-delete moves there if that is beyond it (else nothing changes),
+        the ranges below are dropped, and mark-delete then advances over an
+        acknowledged run that follows, across ledgers."""
+        pos = self._entry(position)
+        if pos <= self._md:
+            return
+        self._md = pos
+        self._acked.remove_at_most(pos)
+        self._advance()
+
+    # ---- holes -----------------------------------------------------------------------
+
+    def holes(self, read_position) -> Iterator[Position]:
+        """holes yields, ascending, the entries after mark-delete and before
+        ``read_position`` that are not acknowledged."""
+        read = as_position(read_position, "read_position")
+        return self._holes(read)
+
+    def _holes(self, read: Position) -> Iterator[Position]:
+        for ledger, start, stop in self._windows(read):
+            led = self._acked._ledger_ranges(ledger)
+            lo, hi = led if led is not None else ((), ())
+            e = start
+            for k in range(bisect_left(hi, start), len(hi)):
+                if lo[k] >= stop:
+                    break
+                for x in range(e, min(lo[k] + 1, stop)):
+                    yield (ledger, x)
+                e = hi[k] + 1
+            for x in range(e, stop):
+                yield (ledger, x)
+
+    def backlog(self, read_position) -> int:
+        """backlog counts the holes before ``read_position`` (the definition of
+        the seed's Figure 3; Pulsar's msgBacklog also counts unread entries)."""
+        read = as_position(read_position, "read_position")
+        total = 0
+        for ledger, start, stop in self._windows(read):
+            total += stop - start - self._acked_within(ledger, start, stop)
+        return total
+
+    def _acked_within(self, ledger: int, start: int, stop: int) -> int:
+        """Acknowledged entries of ``ledger`` in start..stop-1."""
+        led = self._acked._ledger_ranges(ledger)
+        if led is None:
+            return 0
+        lo, hi = led
+        n = 0
+        for k in range(bisect_left(hi, start), len(hi)):
+            a = max(lo[k] + 1, start)
+            if a >= stop:
+                break
+            n += min(hi[k] + 1, stop) - a
+        return n
+
+    def _holes_through(self, position: Position) -> int:
+        """Holes in (mark-delete, position]."""
+        nxt = self._next_entry(position)
+        if nxt is None:
+            nxt = (position[0], position[1] + 1)
+        return self.backlog(nxt)
+
+    def recover(self, records) -> None:
+        """recover replaces ``acked`` with persisted ``to_records()`` output.
+        A record across ledgers ``((L1, e1), (L2, e2)]`` is split per ledger
+        as Pulsar's recovery does: ``((L1, e1), (L1, n1 - 1)]``, the whole of
+        every ledger in between, then ``((L2, -1), (L2, e2)]``.  Parts that
+        are empty, lie in ledgers not in ``ledgers`` or beyond a ledger's
+        last entry are skipped.  Then ranges at or below mark-delete are
+        dropped and mark-delete advances over a run starting right after it.
+        ValueError for a record whose upper is below its lower; the set is
+        unchanged then."""
+        parts = []
+        for rec in records:
+            try:
+                lower, upper = rec
+            except (TypeError, ValueError):
+                raise TypeError(f"a record must be a (lower, upper) pair, got {rec!r}") from None
+            lower = as_position(lower, "lower")
+            upper = as_position(upper, "upper")
+            if upper < lower:
+                raise ValueError(f"record ({fmt(lower)}..{fmt(upper)}]: upper is below lower")
+            parts.extend(self._split(lower, upper))
+        self._acked._clear()
+        for ledger, a, b in parts:
+            self._acked.add_range((ledger, a), (ledger, b))
+        self._acked.remove_at_most(self._md)
+        self._advance()
+
+    def _split(self, lower: Position, upper: Position) -> Iterator[tuple[int, int, int]]:
+        (l1, e1), (l2, e2) = lower, upper
+        ids = self._ids
+        for k in range(bisect_left(ids, l1), bisect_right(ids, l2)):
+            ledger = ids[k]
+            last = self._count[ledger] - 1
+            a = e1 if ledger == l1 else -1
+            b = min(e2, last) if ledger == l2 else last
+            if a < b:
+                yield ledger, a, b
+
+    def __repr__(self) -> str:
+        return (f"Cursor(mark_delete={fmt(self._md)}, ranges={len(self._acked)}, "
+                f"ledgers={len(self._ids)})")
+
+
+class HoleCompensator:
+    """HoleCompensator finds the holes to redeliver (Tencent's compensation
+    task): acknowledgment holes that were sent to a consumer more than
+    ``min_age_ms`` ago and are still not acknowledged."""
+
+    __slots__ = ("cursor", "min_age_ms")
+
+    def __init__(self, cursor: Cursor, *, min_age_ms: int) -> None:
+        if not isinstance(cursor, Cursor):
+            raise TypeError(f"cursor must be a Cursor, got {type(cursor).__name__}")
+        if isinstance(min_age_ms, bool) or not isinstance(min_age_ms, (int, float)):
+            raise TypeError(f"min_age_ms must be a number, got {min_age_ms!r}")
+        if not min_age_ms >= 0:
+            raise ValueError(f"min_age_ms must be >= 0, got {min_age_ms}")
+        self.cursor = cursor
+        self.min_age_ms = min_age_ms
+
+    def due(self, read_position, now_ms: int, sent_at: Mapping[Position, int]) -> list[Position]:
+        """due returns, ascending, the holes before ``read_position`` that are
+        in ``sent_at`` and were sent more than ``min_age_ms`` before
+        ``now_ms``.  Holes missing from ``sent_at`` are not due; ``sent_at``
+        is not modified."""
+        cur = self.cursor
+        read = as_position(read_position, "read_position")
+        age = self.min_age_ms
+        md, acked, count = cur._md, cur._acked, cur._count
+        if len(sent_at) < 64 or len(sent_at) * 4 < cur.backlog(read):
+            # Few sends on record: check each one instead of walking every hole.
+            out = []
+            for pos, t in sent_at.items():
+                if (now_ms - t > age and md < pos < read and 0 <= pos[1] < count.get(pos[0], 0)
+                        and not acked.contains(pos)):
+                    out.append(pos)
+            out.sort()
+            return out
+        return [p for p in cur._holes(read) if p in sent_at and now_ms - sent_at[p] > age]

@@ -1,0 +1,230 @@
+"""``python -m pylimiter.pulsar.cursor simulate``: the message-lifecycle sweep
+on Spark, one task per parameter point, and ``reports/cursor/index.html``.
+
+Each point (TTL x retention x delayed share x ack-failure rate x rollover
+size) runs four subscriptions (sim.py): Pulsar's TTL rule and ours, each
+with and without the hole compensator, on the same traffic.  The driver
+collects the small results, writes them as Parquet and CSV (``summary``,
+``series``, ``lifetimes``) and draws the report.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from collections.abc import Sequence
+from dataclasses import asdict
+from pathlib import Path
+
+from ..._cli import (
+    fmt_bytes,
+    fmt_seconds,
+    make_parser,
+    non_negative_int,
+    positive_int,
+    require,
+    run,
+    subparsers,
+    writable_dir,
+)
+from .lifecycle import POLICIES
+from .sim import Point, run_point
+
+PROG = "python -m pylimiter.pulsar.cursor"
+
+
+def _list(kind, low, what):
+    def parse(text: str):
+        try:
+            vals = [kind(x) for x in text.split(",") if x.strip()]
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected comma-separated {what}, got {text!r}")
+        if not vals or any(v < low for v in vals):
+            raise argparse.ArgumentTypeError(f"expected {what} >= {low}, got {text!r}")
+        return vals
+    return parse
+
+
+def _share_list(text: str):
+    vals = _list(float, 0, "shares")(text)
+    if any(v > 1 for v in vals):
+        raise argparse.ArgumentTypeError(f"shares must be between 0 and 1, got {text!r}")
+    return vals
+
+
+def _quota(text: str) -> int:
+    """KiB >= 0, or -1 for no quota."""
+    return -1 if text.strip() == "-1" else non_negative_int(text)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The command line: ``simulate`` and its sweep and fixed options."""
+    ap = make_parser(PROG, "Message lifecycle of Pulsar subscriptions: acknowledgment holes, "
+                           "TTL with delayed messages, backlog quotas, retention.")
+    sub = subparsers(ap, dest="command", required=True)
+    s = sub.add_parser("simulate", help="sweep subscriptions on Spark, write an HTML report",
+                       description=__doc__.split("\n\n")[1])
+    g = s.add_argument_group("sweep (comma-separated lists; one Spark task per combination)")
+    g.add_argument("--ttl-min", type=_list(float, 1, "minutes"), default=[60, 240],
+                   help="message TTL, minutes")
+    g.add_argument("--retention-min", type=_list(float, 0, "minutes"), default=[0, 180],
+                   help="retention time, minutes (counted from a ledger's close)")
+    g.add_argument("--delayed-share", type=_share_list, default=[0.1],
+                   help="share of delayed messages (delay uniform up to 2 x TTL)")
+    g.add_argument("--ack-fail", type=_share_list, default=[0.002, 0.02],
+                   help="probability that an ack is lost (a hole)")
+    g.add_argument("--rollover-entries", type=_list(int, 1, "entry counts"),
+                   default=[1000, 5000], help="entries per ledger before rollover")
+    f = s.add_argument_group("fixed for every point")
+    f.add_argument("--rate", type=positive_int, default=20, help="messages per minute")
+    f.add_argument("--publish-min", type=positive_int, default=720,
+                   help="minutes of publishing (the run goes on until everything is deleted)")
+    f.add_argument("--rollover-max-min", type=positive_int, default=240,
+                   help="a ledger with entries rolls over at this age (minutes)")
+    f.add_argument("--ttl-check-min", type=positive_int, default=5,
+                   help="minutes between expiry checks")
+    f.add_argument("--compensate-every-min", type=positive_int, default=5,
+                   help="minutes between compensation runs")
+    f.add_argument("--compensate-age-min", type=non_negative_int, default=10,
+                   help="a hole is redelivered when sent longer ago than this (minutes)")
+    f.add_argument("--msg-bytes", type=positive_int, default=1024, help="message size")
+    f.add_argument("--quota-kib", type=_quota, default=512,
+                   help="backlog quota on the holes' bytes, KiB (-1: none)")
+    f.add_argument("--quota-policy", choices=POLICIES, default="producer_exception")
+    f.add_argument("--seed", type=int, default=1)
+    s.add_argument("--master", default="local[*]",
+                   help="Spark master: local[N], spark://host:port, yarn, k8s://...")
+    s.add_argument("--out", type=writable_dir, default=Path("reports/cursor"),
+                   help="report folder")
+    s.add_argument("--no-progress", action="store_true", help="no progress bar")
+    return ap
+
+
+def points_of(args) -> list:
+    """Every combination of the sweep lists, as sim.Point (the fixed options
+    shared)."""
+    base = {"rate": args.rate, "publish_min": args.publish_min,
+            "rollover_max_min": args.rollover_max_min, "ttl_check_min": args.ttl_check_min,
+            "compensate_every_min": args.compensate_every_min,
+            "compensate_age_min": args.compensate_age_min, "msg_bytes": args.msg_bytes,
+            "quota_bytes": args.quota_kib * 1024 if args.quota_kib >= 0 else -1,
+            "quota_policy": args.quota_policy, "seed": args.seed}
+    return [Point(ttl, ret, share, fail, roll, **base)
+            for ttl in args.ttl_min for ret in args.retention_min
+            for share in args.delayed_share for fail in args.ack_fail
+            for roll in args.rollover_entries]
+
+
+def _run_partition(items):
+    """Executor side: every variant of each point in this partition."""
+    for idx, point in items:
+        t0 = time.perf_counter()
+        results = run_point(point)
+        yield idx, results, time.perf_counter() - t0
+
+
+def main(argv: Sequence[str] | None = None, *, spark=None) -> int:
+    """Run the sweep; ``spark`` adopts a running session (tests)."""
+    args = build_parser().parse_args(argv)
+    require(["pyspark", "pandas", "matplotlib"], "spark")
+    from ...spark.progress import JobProgress
+    from ...spark.report import command_line
+    from ...spark.session import spark_session, write_table
+
+    points = points_of(args)
+    print(f"{PROG} simulate: {len(points)} points x 4 subscriptions "
+          f"({args.publish_min} min of {args.rate} msg/min each) on {args.master}", flush=True)
+    t0 = time.perf_counter()
+    with spark_session(args.master, app_name="pylimiter-cursor", spark=spark) as session:
+        sc = session.sparkContext
+        rdd = sc.parallelize(list(enumerate(points)), len(points))
+        with JobProgress(sc, "points", len(points), enabled=not args.no_progress):
+            collected = sorted(rdd.mapPartitions(_run_partition).collect(), key=lambda r: r[0])
+        tables = _tables(points, collected)
+        for name, (rows, schema) in tables.items():
+            write_table(session.createDataFrame(rows, schema), args.out, name)
+        spark_version = session.version
+    wall = time.perf_counter() - t0
+    from .report import write_report
+
+    index = write_report(args.out, points, tables, env_extra={
+        "spark_version": spark_version, "wall": fmt_seconds(wall),
+        "task_seconds": sum(r[2] for r in collected)},
+        command=command_line(PROG, argv))
+    summary = {(r["point"], r["rule"], r["compensator"]): r for r in _rows(tables["summary"])}
+    lost = {rule: sum(r["lost_before_delivery"] for k, r in summary.items()
+                      if k[1] == rule and not k[2]) for rule in ("publish", "deliverable")}
+    delayed = sum(r["delayed"] for k, r in summary.items() if k[1] == "publish" and not k[2])
+    peak = {c: max(r["peak_range_bytes"] for k, r in summary.items() if k[2] == c)
+            for c in (False, True)}
+    print(f"delayed messages expired before delivery: Pulsar's rule {lost['publish']:,} of "
+          f"{delayed:,}, ours {lost['deliverable']:,}")
+    print(f"peak hole-range memory: {fmt_bytes(peak[False])} without the compensator, "
+          f"{fmt_bytes(peak[True])} with it")
+    print(f"report: {index}  ({fmt_seconds(wall)})")
+    return 0
+
+
+SUMMARY_COLUMNS = [
+    ("point", "int"), ("ttl_min", "double"), ("retention_min", "double"),
+    ("delayed_share", "double"), ("ack_fail", "double"), ("rollover_entries", "int"),
+    ("rule", "string"), ("compensator", "boolean"), ("published", "long"), ("delayed", "long"),
+    ("lost_before_delivery", "long"), ("evicted_before_delivery", "long"), ("expired", "long"),
+    ("evicted", "long"), ("consumed", "long"), ("redelivered", "long"),
+    ("quota_actions", "long"), ("blocked_min", "long"), ("peak_ranges", "long"),
+    ("peak_range_bytes", "long"), ("peak_holes", "long"), ("peak_backlog_bytes", "long"),
+    ("cursor_rebuilds", "long"), ("not_deleted", "long"), ("seconds", "double"),
+]
+SERIES_COLUMNS = [("point", "int"), ("rule", "string"), ("compensator", "boolean"),
+                  ("minute", "int"), ("holes", "long"), ("ranges", "long"),
+                  ("range_bytes", "long"), ("backlog_bytes", "long")]
+LIFETIME_COLUMNS = [("point", "int"), ("ttl_min", "double"), ("retention_min", "double"),
+                    ("rollover_entries", "int"), ("rule", "string"), ("compensator", "boolean"),
+                    ("fate", "string"), ("messages", "long"), ("measured_median_min", "double"),
+                    ("measured_p95_min", "double"), ("seed_rule_min", "double"),
+                    ("pulsar_rule_median_min", "double"), ("seed_rule_mae_min", "double"),
+                    ("pulsar_rule_mae_min", "double")]
+
+
+def _schema(columns):
+    from pyspark.sql import types as T
+
+    kinds = {"int": T.IntegerType(), "long": T.LongType(), "double": T.DoubleType(),
+             "string": T.StringType(), "boolean": T.BooleanType()}
+    return T.StructType([T.StructField(n, kinds[k], True) for n, k in columns])
+
+
+def _cast(value, kind):
+    return float(value) if kind == "double" else value
+
+
+def _tables(points, collected) -> dict:
+    """Rows and schema of the summary, series and lifetimes tables."""
+    summary, series, lifetimes = [], [], []
+    for idx, results, seconds in collected:
+        p = asdict(points[idx])
+        for rule, comp, res in results:
+            row = dict(p, point=idx, rule=rule, compensator=comp, seconds=seconds / 4,
+                       **res["summary"])
+            summary.append(tuple(_cast(row[n], k) for n, k in SUMMARY_COLUMNS))
+            series.extend((idx, rule, comp, *s) for s in res["series"])
+            for lt in res["lifetimes"]:
+                row = dict(p, point=idx, rule=rule, compensator=comp, **lt)
+                lifetimes.append(tuple(_cast(row[n], k) for n, k in LIFETIME_COLUMNS))
+    return {"summary": (summary, _schema(SUMMARY_COLUMNS)),
+            "series": (series, _schema(SERIES_COLUMNS)),
+            "lifetimes": (lifetimes, _schema(LIFETIME_COLUMNS))}
+
+
+def _rows(table) -> list:
+    rows, schema = table
+    names = [f.name for f in schema.fields]
+    return [dict(zip(names, r)) for r in rows]
+
+
+def cli(argv: Sequence[str] | None = None) -> int:
+    """main with the exit statuses of pylimiter._cli (2 usage, 1 runtime)."""
+    return run(main, PROG, argv)
+
+
+__all__ = ["build_parser", "cli", "main", "points_of"]
