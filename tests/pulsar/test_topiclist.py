@@ -119,16 +119,20 @@ def test_each_setting_declared_once_reaches_file_flags_startup_and_admin(tmp_pat
 
     decl = fields(TopicListConfig)
     assert [f.name for f in decl] == ["heap_mb", "direct_mb", "heap_timeout_ms",
-                                      "direct_timeout_ms", "heap_queue", "direct_queue"]
+                                      "direct_timeout_ms", "heap_queue", "direct_queue",
+                                      "max_message_size", "pattern_max_length", "keep_alive_s"]
+    limits = [d for d in decl if d.metadata["group"] == "limits"]
+    assert len(limits) == 6
     f = tmp_path / "broker.conf"
     f.write_text("".join(f"{d.metadata['key']}={i + 1}\n" for i, d in enumerate(decl)))
     cfg = TopicListConfig.from_properties(f)
-    assert [getattr(cfg, d.name) for d in decl] == [1, 2, 3, 4, 5, 6]
+    assert [getattr(cfg, d.name) for d in decl] == list(range(1, 10))
     ap = argparse.ArgumentParser()
     add_setting_flags(ap)
-    flags = ["--heap-mb", "0.5", "--direct-timeout-ms", "7", "--heap-queue", "9"]
+    flags = ["--heap-mb", "0.5", "--direct-timeout-ms", "7", "--heap-queue", "9",
+             "--keep-alive-s", "3"]
     over = setting_overrides(ap.parse_args(flags))
-    assert over == {"heap_mb": 0.5, "direct_timeout_ms": 7, "heap_queue": 9}
+    assert over == {"heap_mb": 0.5, "direct_timeout_ms": 7, "heap_queue": 9, "keep_alive_s": 3}
     help_text = "".join(ap.format_help().split())    # argparse wraps long keys
     for d in decl:
         assert d.metadata["key"] in help_text
@@ -138,7 +142,8 @@ def test_each_setting_declared_once_reaches_file_flags_startup_and_admin(tmp_pat
     async def admin():
         async with running(Broker(cfg, store=store_with())) as b:
             st, body = await ahttp("GET", f"{b.admin_url}/admin/limits")
-            assert st == 200 and json.loads(body) == {d.name: i + 1 for i, d in enumerate(decl)}
+            assert st == 200 and json.loads(body) == {d.name: i + 1 for i, d in enumerate(limits)}
+            assert b.max_frame == 7 + 10 * 1024 and b.config.keep_alive_s == 9
     asyncio.run(admin())
 
 
@@ -333,12 +338,14 @@ def test_unknown_command_and_missing_connect_get_errors():
             w.close()
             r, w = await asyncio.open_connection("127.0.0.1", b.port)
             w.write(protocol.encode(protocol.cmd(CommandType.CONNECT, "connect", client_version="t")))
-            w.write(protocol.encode(protocol.BaseCommand(type=CommandType.PRODUCER)))   # not offered here
+            w.write(protocol.encode(protocol.cmd(CommandType.PRODUCER, "producer",
+                                                 request_id=7)))   # not offered here
             w.write(protocol.encode(protocol.cmd(CommandType.PING, "ping")))
             kinds = [(await protocol.read_command(r))[0] for _ in range(3)]
             assert [k.type for k in kinds] == [CommandType.CONNECTED, CommandType.ERROR, CommandType.PONG]
             assert kinds[1].error.error == protocol.ServerError.NotAllowedError
             assert "PRODUCER is not supported" in kinds[1].error.message
+            assert kinds[1].error.request_id == 7    # the failed request's own id
             w.close()
     asyncio.run(main())
 
