@@ -89,8 +89,9 @@ async def run_load(url: str, namespace: str, connections: int, duration: float, 
                 budget[0] -= 1
                 res.requests += 1
                 rid += 1
-                writer.write(protocol.encode(protocol.cmd(CommandType.GET_TOPICS_OF_NAMESPACE, "getTopicsOfNamespace",
-                                            request_id=rid, namespace=namespace)))
+                writer.write(protocol.encode(protocol.cmd(
+                    CommandType.GET_TOPICS_OF_NAMESPACE, "getTopicsOfNamespace",
+                    request_id=rid, namespace=namespace)))
                 t0 = time.perf_counter()
                 if read_delay:
                     await asyncio.sleep(read_delay)
@@ -115,7 +116,8 @@ async def run_load(url: str, namespace: str, connections: int, duration: float, 
                 else:
                     command = protocol.BaseCommand()
                     command.ParseFromString(body[:cmd_size])
-                    if command.type == CommandType.ERROR and command.error.error == protocol.ServerError.TooManyRequests:
+                    if command.type == CommandType.ERROR and \
+                            command.error.error == protocol.ServerError.TooManyRequests:
                         res.too_many_requests += 1
                     else:
                         res.other_errors += 1

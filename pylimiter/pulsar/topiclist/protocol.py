@@ -332,8 +332,8 @@ class ClientConnection:
     async def watch(self, namespace: str, pattern: str, watcher_id: int,
                     topics_hash: Optional[str] = None, timeout: Optional[float] = 60.0):
         rid = next(self.ids)
-        command = cmd(CommandType.WATCH_TOPIC_LIST, "watchTopicList", request_id=rid, watcher_id=watcher_id,
-                namespace=namespace, topics_pattern=pattern)
+        command = cmd(CommandType.WATCH_TOPIC_LIST, "watchTopicList", request_id=rid,
+                      watcher_id=watcher_id, namespace=namespace, topics_pattern=pattern)
         if topics_hash is not None:
             command.watchTopicList.topics_hash = topics_hash
         resp, _ = await self.request(command, rid, timeout)

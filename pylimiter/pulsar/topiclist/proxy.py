@@ -99,9 +99,9 @@ class ProxyConnection(ConnectionBase):
         try:
             resp, _ = await self._forward(command, "lookupTopic", rid)
         except (ConnectionError, OSError, protocol.ProtocolError) as exc:
-            self.send(protocol.cmd(CommandType.LOOKUP_RESPONSE, "lookupTopicResponse", request_id=rid,
-                            response=2, error=ServerError.ServiceNotReady,
-                            message=f"broker unreachable: {exc}"))
+            self.send(protocol.cmd(CommandType.LOOKUP_RESPONSE, "lookupTopicResponse",
+                                   request_id=rid, response=2, error=ServerError.ServiceNotReady,
+                                   message=f"broker unreachable: {exc}"))
             return
         if resp.type == CommandType.LOOKUP_RESPONSE:
             resp.lookupTopicResponse.proxy_through_service_url = True
@@ -112,9 +112,10 @@ class ProxyConnection(ConnectionBase):
         try:
             resp, _ = await self._forward(command, "partitionMetadata", rid)
         except (ConnectionError, OSError, protocol.ProtocolError) as exc:
-            self.send(protocol.cmd(CommandType.PARTITIONED_METADATA_RESPONSE, "partitionMetadataResponse",
-                            request_id=rid, response=1, error=ServerError.ServiceNotReady,
-                            message=f"broker unreachable: {exc}"))
+            self.send(protocol.cmd(CommandType.PARTITIONED_METADATA_RESPONSE,
+                                   "partitionMetadataResponse", request_id=rid, response=1,
+                                   error=ServerError.ServiceNotReady,
+                                   message=f"broker unreachable: {exc}"))
             return
         self.send(resp)
 
