@@ -19,7 +19,9 @@ import time
 
 import pytest
 
-for _module in ("google.protobuf", "aiohttp", "re2", "google_crc32c", "prometheus_client"):
+from pylimiter.pulsar.topiclist.__main__ import NEEDS  # noqa: E402  (the extra's modules)
+
+for _module in NEEDS:
     pytest.importorskip(_module)
 
 from pylimiter.pulsar.topiclist import protocol  # noqa: E402

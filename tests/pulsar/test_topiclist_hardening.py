@@ -25,7 +25,9 @@ from pathlib import Path
 
 import pytest
 
-for _module in ("google.protobuf", "aiohttp", "re2", "google_crc32c", "prometheus_client"):
+from pylimiter.pulsar.topiclist.__main__ import NEEDS  # noqa: E402  (the extra's modules)
+
+for _module in NEEDS:
     pytest.importorskip(_module)
 
 from hypothesis import given, settings  # noqa: E402
@@ -670,20 +672,7 @@ def test_missing_file_is_a_usage_error(tmp_path, capsys):
 def test_bad_admin_limits_bodies_answer_400_with_a_message(body):
     async def main():
         async with running(Broker(TopicListConfig(heap_mb=1), store=store_with())) as b:
-            import urllib.error
-            import urllib.request
-
-            def put():
-                req = urllib.request.Request(f"{b.admin_url}/admin/limits", data=body.encode(),
-                                             method="PUT",
-                                             headers={"Content-Type": "application/json"})
-                try:
-                    with urllib.request.urlopen(req, timeout=10) as r:
-                        return r.status, r.read().decode()
-                except urllib.error.HTTPError as e:
-                    return e.code, e.read().decode()
-
-            status, text = await asyncio.to_thread(put)
+            status, text = await ahttp("PUT", f"{b.admin_url}/admin/limits", raw=body.encode())
             assert status == 400, text
             assert json.loads(text)["error"]
             assert b.limiter.config.heap_mb == 1                   # unchanged

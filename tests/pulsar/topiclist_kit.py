@@ -35,8 +35,9 @@ async def running(service):
         await service.stop()
 
 
-def http(method, url, body=None):
-    data = json.dumps(body).encode() if body is not None else None
+def http(method, url, body=None, *, raw: bytes = None):
+    """(status, text) of one request; `body` is sent as JSON, `raw` as is."""
+    data = raw if raw is not None else json.dumps(body).encode() if body is not None else None
     req = urllib.request.Request(url, data=data, method=method,
                                  headers={"Content-Type": "application/json"})
     try:
@@ -46,8 +47,8 @@ def http(method, url, body=None):
         return e.code, e.read().decode()
 
 
-async def ahttp(method, url, body=None):
-    return await asyncio.to_thread(http, method, url, body)
+async def ahttp(method, url, body=None, *, raw: bytes = None):
+    return await asyncio.to_thread(http, method, url, body, raw=raw)
 
 
 async def until(pred, timeout=10.0, what="condition"):
