@@ -799,6 +799,24 @@ def test_idle_connections_are_pinged_and_closed_when_silent():
     asyncio.run(main())
 
 
+def test_the_proxy_does_not_ping_connections_it_pipes_to_the_broker():
+    async def main():
+        async with running(Broker(TopicListConfig(), store=store_with())) as b, \
+                running(Proxy(TopicListConfig(keep_alive_s=1), broker_url=b.service_url)) as px:
+            r, w = await asyncio.open_connection("127.0.0.1", px.port)
+            w.write(protocol.encode(protocol.cmd(
+                CommandType.CONNECT, "connect", client_version="t",
+                proxy_to_broker_url=f"127.0.0.1:{b.port}")))
+            first, _ = await protocol.read_command(r)
+            assert first.type == CommandType.CONNECTED          # the broker's answer
+            await asyncio.sleep(2.5)                             # 2.5 proxy keep-alive ticks
+            w.write(protocol.encode(protocol.cmd(CommandType.PING, "ping")))
+            frame, _ = await asyncio.wait_for(protocol.read_command(r), 5)
+            assert frame.type == CommandType.PONG                # no stray PING, not closed
+            w.close()
+    asyncio.run(main())
+
+
 def test_admin_stats_add_up_when_clients_vanish_while_queued():
     async def main():
         async with running(Broker(tiny(heap_mb=1, heap_queue=100), store=store_with())) as b:

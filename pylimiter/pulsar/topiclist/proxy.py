@@ -162,6 +162,9 @@ class ProxyConnection(ConnectionBase):
             return None
         connect_cmd.connect.ClearField("proxy_to_broker_url")
         bw.write(protocol.encode(connect_cmd))
+        # From here the bytes are the client's and the broker's: the broker
+        # keeps this connection alive, a proxy PING would corrupt the stream.
+        self.stop_keepalive()
         self.writer.transport.set_write_buffer_limits()  # plain pipe from here on
 
         async def pump(src, dst):

@@ -29,6 +29,7 @@ import logging
 import resource
 import sys
 import time
+from dataclasses import fields
 from typing import Optional
 
 from pylimiter import PermitAcquireAlreadyClosedError, PermitAcquireCancelledError
@@ -185,8 +186,6 @@ class ServiceBase:
 async def live_limits(request) -> dict:
     """The body of PUT /admin/limits, checked: a JSON object with heap_mb
     and/or direct_mb, each a size in MB.  ConfigError says what is wrong."""
-    from dataclasses import fields
-
     example = 'e.g. {"heap_mb": 64, "direct_mb": 0}'
     try:
         body = json.loads(await request.read())
@@ -280,6 +279,12 @@ class ConnectionBase:
 
     # ---- keep-alive (Pulsar's keepAliveIntervalSeconds) --------------------------
 
+    def stop_keepalive(self):
+        """No more pings (the connection closes, or is piped elsewhere)."""
+        if self._keepalive is not None:
+            self._keepalive.cancel()
+            self._keepalive = None
+
     def _schedule_keepalive(self):
         interval = self.service.config.keep_alive_s
         if interval > 0 and not self.is_closed():
@@ -340,9 +345,7 @@ class ConnectionBase:
     async def _teardown(self):
         """Close, end every task of this connection, and drop what it held."""
         self._closed = True
-        if self._keepalive is not None:
-            self._keepalive.cancel()
-            self._keepalive = None
+        self.stop_keepalive()
         await self.on_close()
         for t in list(self.tasks):
             t.cancel()
