@@ -76,6 +76,7 @@ class _Families:
         self.out: dict[str, Any] = {}
 
     def add(self, kind, suffix: str, doc: str, values: list[str], *args, **kw) -> None:
+        """Add one sample set to the family `suffix`, creating it once."""
         full = self.prefix + suffix
         fam = self.out.get(full)
         if fam is None:

@@ -64,6 +64,7 @@ def _limit_args(ap):
 
 
 def build_parser():
+    """The argument parser: broker, proxy and load sub-commands."""
     ap = make_parser(PROG, "PIP-442 topic-list broker, proxy and load generator on "
                            "pylimiter's dual memory limiter (extra: topiclist).")
     sub = subparsers(ap, dest="command", required=True)

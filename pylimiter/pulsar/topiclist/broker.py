@@ -26,6 +26,7 @@ class TopicStore:
         self.listeners: set[Listener] = set()
 
     def add(self, topic: str) -> bool:
+        """Add a topic (firing watch updates); False if it existed."""
         _, ns, _ = protocol.split_topic(topic)
         topics = self.namespaces.setdefault(ns, {})
         if topic in topics:
@@ -35,11 +36,13 @@ class TopicStore:
         return True
 
     def add_many(self, topics: Iterable[str]) -> None:
+        """Add topics in bulk, at start-up (no updates fired)."""
         for t in topics:
             _, ns, _ = protocol.split_topic(t)
             self.namespaces.setdefault(ns, {})[t] = None
 
     def remove(self, topic: str) -> bool:
+        """Remove a topic (firing watch updates); False if absent."""
         _, ns, _ = protocol.split_topic(topic)
         topics = self.namespaces.get(ns)
         if not topics or topic not in topics:
@@ -49,6 +52,7 @@ class TopicStore:
         return True
 
     def list(self, ns: str, mode: int = protocol.Mode.ALL) -> list[str]:
+        """The namespace's topics of a mode, in insertion order."""
         return [t for t in self.namespaces.get(ns, ()) if protocol.mode_matches(t, mode)]
 
     def _fire(self, ns, added, removed):
@@ -57,6 +61,7 @@ class TopicStore:
 
 
 def generated_topics(namespace: str, n: int) -> list[str]:
+    """n topic names persistent://<namespace>/topic-00000 ..."""
     width = max(5, len(str(max(n - 1, 0))))
     return [f"persistent://{namespace}/topic-{i:0{width}d}" for i in range(n)]
 
@@ -73,15 +78,19 @@ class Backoff:
         self._rng = rng or random.Random()
 
     def next(self) -> float:
+        """The next delay, in seconds."""
         current = self._next
         self._next = min(current * 2, self.maximum)
         return max(self.initial, current - self._rng.uniform(0, current / 10))
 
     def reset(self) -> None:
+        """Start again from the initial delay."""
         self._next = self.initial
 
 
 class Broker(ServiceBase):
+    """The discovery broker: a TopicStore served over the binary protocol."""
+
     role = "broker"
     advertise_watchers = True
 
@@ -90,9 +99,11 @@ class Broker(ServiceBase):
         self.store = store or TopicStore()
 
     def make_connection(self, reader, writer):
+        """A BrokerConnection for an accepted client."""
         return BrokerConnection(self, reader, writer)
 
     def add_admin_routes(self, app):
+        """Topic creation/deletion and listing over HTTP."""
         app.router.add_post("/admin/topics", self._h_add_topic)
         app.router.add_delete("/admin/topics", self._h_delete_topic)
         app.router.add_get("/admin/namespaces/{tenant}/{ns}/topics", self._h_list)
@@ -153,6 +164,7 @@ class _Watcher:
         self.closed = False
 
     def on_change(self, ns, added, removed):
+        """The store's listener: queue an update if the change matches."""
         if ns != self.ns or self.closed:
             return
         a = [t for t in self.pattern.filter(added) if t not in self.topics]
@@ -164,6 +176,8 @@ class _Watcher:
 
 
 class BrokerConnection(ConnectionBase):
+    """One client of the broker: its requests, watchers and consumers."""
+
     service: Broker
 
     def __init__(self, service, reader, writer):
@@ -174,10 +188,12 @@ class BrokerConnection(ConnectionBase):
         self.backoff = Backoff()
 
     async def on_close(self):
+        """Drop every watcher of the connection."""
         for watcher in list(self.watchers.values()):
             self._drop_watcher(watcher)
 
     async def dispatch(self, command, size):
+        """Answer one command (listings and watches run as tasks)."""
         kind = command.type
         if kind == CommandType.CONNECT:
             self.connected = True

@@ -95,10 +95,12 @@ class TopicListConfig:
 
     @property
     def heap_bytes(self) -> int:
+        """The heap pool in bytes (0: disabled)."""
         return _bytes(self.heap_mb)
 
     @property
     def direct_bytes(self) -> int:
+        """The direct pool in bytes (0: disabled)."""
         return _bytes(self.direct_mb)
 
     def as_dict(self, group: Optional[str] = None) -> dict:
@@ -226,6 +228,7 @@ class LimitFailed(Exception):
 
 
 def too_many_requests_message(pool: LimitType, exc: Exception) -> str:
+    """Pulsar's TooManyRequests text for a failed wait on a pool."""
     what = POOL_NAMES[pool]
     if isinstance(exc, PermitAcquireTimeoutError):
         return f"Failed due to timeout acquiring {what} memory permits for topic list"

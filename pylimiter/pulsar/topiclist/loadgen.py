@@ -19,6 +19,8 @@ _PING = bytes([0x08, CommandType.PING])
 
 @dataclass
 class LoadResult:
+    """What a load run saw, and the server's peaks when scraped."""
+
     connections: int
     duration_s: float
     requests: int = 0
@@ -31,15 +33,18 @@ class LoadResult:
 
     @property
     def rps(self) -> float:
+        """Responses per second over the run."""
         return self.responses / self.duration_s if self.duration_s else 0.0
 
     def percentile(self, q: float) -> Optional[float]:
+        """A latency percentile in ms (q in 0..1), None without samples."""
         if not self.latencies_ms:
             return None
         s = sorted(self.latencies_ms)
         return s[min(len(s) - 1, int(q * (len(s) - 1) + 0.5))]
 
     def summary(self) -> dict:
+        """The result as a flat dict (latencies as p50/p99/max)."""
         d = asdict(self)
         d.pop("latencies_ms")
         d.update(rps=round(self.rps, 1), p50_ms=self.percentile(0.5),

@@ -63,6 +63,7 @@ class TopicsPattern:
         self._fullmatch = rx.fullmatch
 
     def matches(self, topic: str) -> bool:
+        """Whether the topic, without its scheme, matches whole."""
         return self._fullmatch(protocol.strip_domain(topic)) is not None
 
     def filter(self, topics: Iterable[str]) -> list[str]:

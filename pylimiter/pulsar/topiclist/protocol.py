@@ -55,6 +55,7 @@ class ProtocolError(Exception):
 
 
 def encode(cmd: BaseCommand) -> bytes:
+    """The frame of a command: total size, command size, command."""
     body = cmd.SerializeToString()
     return _U32x2.pack(len(body) + 4, len(body)) + body
 
@@ -112,6 +113,7 @@ def split_topic(name: str) -> tuple[str, str, str]:
 
 
 def mode_matches(name: str, mode: int) -> bool:
+    """Whether a topic belongs to a GET_TOPICS_OF_NAMESPACE mode."""
     if mode == Mode.ALL:
         return True
     persistent = name.startswith("persistent://")
@@ -135,6 +137,7 @@ def topics_hash(topics: Iterable[str]) -> str:
 
 
 def estimate_heap(topics: Iterable[str]) -> int:
+    """PIP-442's heap estimate of a list: UTF-8 bytes + 32 per topic."""
     return sum(len(t.encode()) + TOPIC_OVERHEAD for t in topics)
 
 
@@ -161,6 +164,7 @@ def strip_domain(topic: str) -> str:
 
 
 def cmd(type_: int, field: Optional[str] = None, **values) -> BaseCommand:
+    """A BaseCommand of a type with its body's fields set from keywords."""
     command = BaseCommand(type=type_)
     if field is not None:
         sub = getattr(command, field)
@@ -198,10 +202,12 @@ def has_body(command: BaseCommand) -> bool:
 
 
 def error(request_id: int, code: int, message: str) -> BaseCommand:
+    """An ERROR command answering request_id."""
     return cmd(CommandType.ERROR, "error", request_id=request_id, error=code, message=message)
 
 
 def connected(watchers: bool, max_message_size: int) -> BaseCommand:
+    """The CONNECTED answer, advertising watchers and maxMessageSize."""
     return cmd(CommandType.CONNECTED, "connected", server_version=SERVER_VERSION,
                protocol_version=PROTOCOL_VERSION, max_message_size=max_message_size,
                feature_flags={"supports_topic_watchers": watchers})
@@ -319,6 +325,7 @@ class ClientConnection:
     async def get_topics(self, namespace: str, mode: int = Mode.PERSISTENT,
                          pattern: Optional[str] = None, topics_hash: Optional[str] = None,
                          timeout: Optional[float] = 60.0):
+        """GET_TOPICS_OF_NAMESPACE: (response body, frame size)."""
         rid = next(self.ids)
         command = cmd(CommandType.GET_TOPICS_OF_NAMESPACE, "getTopicsOfNamespace", request_id=rid,
                 namespace=namespace, mode=mode)
@@ -331,6 +338,7 @@ class ClientConnection:
 
     async def watch(self, namespace: str, pattern: str, watcher_id: int,
                     topics_hash: Optional[str] = None, timeout: Optional[float] = 60.0):
+        """WATCH_TOPIC_LIST: the success body; updates go to .updates."""
         rid = next(self.ids)
         command = cmd(CommandType.WATCH_TOPIC_LIST, "watchTopicList", request_id=rid,
                       watcher_id=watcher_id, namespace=namespace, topics_pattern=pattern)
@@ -340,14 +348,17 @@ class ClientConnection:
         return resp.watchTopicListSuccess
 
     async def close_watch(self, watcher_id: int):
+        """WATCH_TOPIC_LIST_CLOSE, awaiting its SUCCESS."""
         rid = next(self.ids)
         await self.request(cmd(CommandType.WATCH_TOPIC_LIST_CLOSE, "watchTopicListClose",
                                request_id=rid, watcher_id=watcher_id), rid)
 
     def send(self, command: BaseCommand) -> None:
+        """Write a command without waiting for an answer."""
         self.writer.write(encode(command))
 
     async def close(self):
+        """Close the connection and end its reader."""
         self.writer.close()
         try:
             await self.writer.wait_closed()
@@ -358,6 +369,7 @@ class ClientConnection:
 
 
 def parse_url(url: str) -> tuple[str, int]:
+    """(host, port) of pulsar://host:port; ValueError otherwise."""
     m = re.match(r"^pulsar://([^:/]+|\[[^\]]+\]):(\d+)/?$", url)
     if not m:
         raise ValueError(f"expected pulsar://host:port, got {url!r}")

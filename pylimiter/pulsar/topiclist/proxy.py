@@ -23,6 +23,8 @@ from .server import ConnectionBase, ServiceBase, log
 
 
 class Proxy(ServiceBase):
+    """A client-facing endpoint in front of one broker, with its own limits."""
+
     role = "proxy"
     advertise_watchers = False
 
@@ -34,6 +36,7 @@ class Proxy(ServiceBase):
         self._backend_lock = asyncio.Lock()
 
     def make_connection(self, reader, writer):
+        """A ProxyConnection for an accepted client."""
         return ProxyConnection(self, reader, writer)
 
     async def backend(self) -> protocol.ClientConnection:
@@ -44,15 +47,19 @@ class Proxy(ServiceBase):
             return self._backend
 
     async def stop(self):
+        """Stop serving, then close the connection to the broker."""
         await super().stop()
         if self._backend is not None:
             await self._backend.close()
 
 
 class ProxyConnection(ConnectionBase):
+    """One client of the proxy: forwarded requests, or a pipe to the broker."""
+
     service: Proxy
 
     async def dispatch(self, command, size):
+        """Answer one command; forwarded requests run as tasks."""
         kind = command.type
         if kind == CommandType.CONNECT:
             target = command.connect.proxy_to_broker_url
@@ -95,6 +102,7 @@ class ProxyConnection(ConnectionBase):
         return resp, size
 
     async def forward_lookup(self, command):
+        """LOOKUP through the broker, answered with proxy_through_service_url."""
         rid = command.lookupTopic.request_id
         try:
             resp, _ = await self._forward(command, "lookupTopic", rid)
@@ -108,6 +116,7 @@ class ProxyConnection(ConnectionBase):
         self.send(resp)
 
     async def forward_metadata(self, command):
+        """PARTITIONED_METADATA through the broker."""
         rid = command.partitionMetadata.request_id
         try:
             resp, _ = await self._forward(command, "partitionMetadata", rid)
@@ -144,6 +153,8 @@ class ProxyConnection(ConnectionBase):
 
     async def pipe_to_broker(self, connect_cmd, target: str):
         # Clients send host:port here (Pulsar's clients do), some a URL.
+        """Hand the connection to the broker byte for byte (CONNECT with
+        proxy_to_broker_url); only this proxy's broker is allowed."""
         want = protocol.parse_url(self.service.broker_url)
         try:
             got = protocol.parse_url(target if "://" in target else f"pulsar://{target}")

@@ -91,13 +91,16 @@ class ServiceBase:
 
     @property
     def service_url(self) -> str:
+        """pulsar://host:port of the binary protocol listener."""
         return f"pulsar://{self.host}:{self.port}"
 
     @property
     def admin_url(self) -> str:
+        """http://host:port of the admin and metrics API."""
         return f"http://{self.host}:{self.admin_port}"
 
     async def start(self):
+        """Listen (and serve the admin API); the bound ports are then known."""
         self._server = await asyncio.start_server(self._accept, self.host, self.port,
                                                   limit=2 ** 16)
         self.port = self._server.sockets[0].getsockname()[1]
@@ -132,6 +135,7 @@ class ServiceBase:
             self._handlers.discard(task)
 
     def make_connection(self, reader, writer) -> "ConnectionBase":
+        """The connection object for an accepted client (per role)."""
         raise NotImplementedError
 
     # ---- admin HTTP (aiohttp, loopback only) -----------------------------------
@@ -153,6 +157,7 @@ class ServiceBase:
         self.admin_port = self._runner.addresses[0][1]
 
     def add_admin_routes(self, app):
+        """Routes a role adds to the admin API."""
         pass
 
     def stats(self) -> dict:
@@ -210,6 +215,7 @@ class _ExtraCollector:
         self.s = service
 
     def collect(self):
+        """Peak permits per pool and the process's peak RSS."""
         from prometheus_client.core import GaugeMetricFamily
 
         p = f"pulsar_{self.s.role}_topic_list_"
@@ -225,6 +231,7 @@ class _ExtraCollector:
 
 
 def peak_rss_bytes() -> int:
+    """The process's peak resident set size (getrusage), in bytes."""
     r = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return r if sys.platform == "darwin" else r * 1024
 
@@ -258,13 +265,16 @@ class ConnectionBase:
         writer.transport.set_write_buffer_limits(high=0)
 
     def is_closed(self) -> bool:
+        """Whether the connection is closed or closing."""
         return self._closed or self.writer.transport.is_closing()
 
     def abort(self):
+        """Close at once, dropping unsent bytes."""
         self._closed = True
         self.writer.transport.abort()
 
     def spawn(self, coro):
+        """Run a handler as a task of this connection (cancelled at close)."""
         t = asyncio.ensure_future(coro)
         self.tasks.add(t)
         t.add_done_callback(self._task_done)
@@ -312,6 +322,7 @@ class ConnectionBase:
     # ---- the read loop -------------------------------------------------------------
 
     async def run(self):
+        """Read and dispatch commands until the client goes, then tear down."""
         self._schedule_keepalive()
         try:
             while True:
@@ -355,9 +366,11 @@ class ConnectionBase:
         _forget_traceback(self.reader.exception())
 
     async def on_close(self):
+        """What a role releases when its connection closes."""
         pass
 
     async def dispatch(self, command, size):
+        """Answer one command; False hands the connection off."""
         raise NotImplementedError
 
     def send(self, command) -> None:
@@ -367,6 +380,7 @@ class ConnectionBase:
             self.writer.write(protocol.encode(command))
 
     def unsupported(self, command):
+        """ERROR for a command this service does not serve, with its request id."""
         self.send(protocol.error(protocol.request_id_of(command), ServerError.NotAllowedError,
                                  f"command {CommandType.Name(command.type)} is not supported by "
                                  f"this topic-list {self.service.role}"))
@@ -394,6 +408,7 @@ class ConnectionBase:
         return await self.limiter.acquire(HEAP, estimate, dual, is_cancelled or self.is_closed)
 
     async def heap_update(self, dual, permit, actual: int, is_cancelled=None):
+        """Resize the heap permit to the actual size; raises LimitFailed."""
         await self.limiter.update(permit, actual, dual, is_cancelled or self.is_closed)
 
     async def guarded(self, request_id: int, work):
