@@ -115,7 +115,7 @@ def test_many_limiters_under_one_name_share_families_by_label(mod):
     a, b = mod.AsyncSemaphore(1), mod.AsyncSemaphore(2)
     metrics.track("pool", a, labels={"db": "a"})
     metrics.track("pool", b, labels={"db": "b"})
-    assert b.try_acquire(2) is not None
+    held = b.try_acquire(2)
     fams = scrape(metrics)
     assert value(fams, "pool_permits_used", db="a") == 0
     assert value(fams, "pool_permits_used", db="b") == 2
@@ -125,6 +125,7 @@ def test_many_limiters_under_one_name_share_families_by_label(mod):
     assert [s.labels["db"] for s in fams["pool_permits_used"].samples] == ["b"]
     metrics.untrack("pool", labels={"db": "b"})
     assert scrape(metrics) == {}
+    b.release(held)
 
 
 def test_bad_arguments_are_refused_at_the_call(mod):
@@ -153,8 +154,9 @@ def test_unbounded_semaphore_reports_zero_limits(mod):
     metrics = LimiterCollector("u")
     sem = mod.AsyncSemaphore(0, 0)
     metrics.track("s", sem)
-    assert sem.try_acquire(10**6) is not None
+    held = sem.try_acquire(10**6)
     fams = scrape(metrics)
     assert value(fams, "u_s_permits_limit") == 0
     assert value(fams, "u_s_queue_max_size") == 0
     assert value(fams, "u_s_permits_used") == 10**6
+    sem.release(held)

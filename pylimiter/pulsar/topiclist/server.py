@@ -421,22 +421,34 @@ class ConnectionBase:
         try:
             await work()
             outcome = "responses"
-        except LimitFailed as exc:
-            outcome = self._answer(request_id, ServerError.TooManyRequests, str(exc),
-                                   "too_many_requests")
-        except (PermitAcquireCancelledError, PermitAcquireAlreadyClosedError):
-            outcome = "cancelled"   # the client left: nobody to answer
-        except protocol.RequestError as exc:
-            outcome = self._answer(request_id, exc.code, exc.server_message, "errors")
-        except (ConnectionError, OSError, asyncio.TimeoutError) as exc:
-            outcome = self._answer(request_id, ServerError.ServiceNotReady,
-                                   f"upstream failure: {exc!r}", "errors")
-        except Exception as exc:
-            log.error("request %d failed: %r", request_id, exc, exc_info=exc)
-            outcome = self._answer(request_id, ServerError.UnknownError,
-                                   f"{type(exc).__name__}: {exc}", "errors")
+        except BaseException as exc:
+            if isinstance(exc, Exception):
+                outcome = self._failed(request_id, exc)
+            # The failed request's frames (this connection, the limiter's
+            # waiter) must not stay reachable from the exception, which the
+            # task or the limiter may keep: that cycle would hold the
+            # connection until the garbage collector runs.
+            _forget_traceback(exc)
+            if not isinstance(exc, Exception):
+                raise
         finally:
             counters[outcome] += 1
+
+    def _failed(self, request_id: int, exc: Exception) -> str:
+        """Answer a request that raised exc; return its outcome."""
+        if isinstance(exc, LimitFailed):
+            return self._answer(request_id, ServerError.TooManyRequests, str(exc),
+                                "too_many_requests")
+        if isinstance(exc, (PermitAcquireCancelledError, PermitAcquireAlreadyClosedError)):
+            return "cancelled"   # the client left: nobody to answer
+        if isinstance(exc, protocol.RequestError):
+            return self._answer(request_id, exc.code, exc.server_message, "errors")
+        if isinstance(exc, (ConnectionError, OSError, asyncio.TimeoutError)):
+            return self._answer(request_id, ServerError.ServiceNotReady,
+                                f"upstream failure: {exc!r}", "errors")
+        log.error("request %d failed: %r", request_id, exc, exc_info=exc)
+        return self._answer(request_id, ServerError.UnknownError,
+                            f"{type(exc).__name__}: {exc}", "errors")
 
     def _answer(self, request_id: int, code: int, message: str, outcome: str) -> str:
         if self.is_closed():
