@@ -23,8 +23,8 @@ from pathlib import Path
 
 import psutil
 
-from pylimiter.spark.report import pyplot, save_figure
 from pylimiter.pulsar.topiclist.loadgen import run_load
+from pylimiter.spark.report import pyplot, save_figure
 
 MB = 1024 * 1024
 OUT = Path(__file__).resolve().parent / "results"
@@ -68,8 +68,14 @@ def measure(topics: int, clients: int, heap_mb: float, direct_mb: float, request
                                    read_delay=read_delay))
         peak = _vm_hwm(proc.pid) if hwm_reset else res.server.get("process_peak_rss_bytes", 0)
     finally:
+        # A broker still writing hundreds of lists to slow readers can take
+        # a while to stop on a busy machine; never leave it running.
         proc.terminate()
-        proc.communicate(timeout=20)
+        try:
+            proc.communicate(timeout=120)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.communicate()
     s = res.summary()
     return {
         "limits": "on" if heap_mb > 0 else "off",
@@ -102,7 +108,8 @@ def plot(rows, path: Path):
     on = [r for r in rows if r["limits"] == "on"]
     if on:
         bound = on[0]["heap_mb"] + on[0]["direct_mb"]
-        ax.axhline(bound, color="#2ca02c", ls="--", lw=0.8, label=f"heap + direct limit ({bound:g} MB)")
+        ax.axhline(bound, color="#2ca02c", ls="--", lw=0.8,
+                   label=f"heap + direct limit ({bound:g} MB)")
     ax.set_xscale("log")
     ax.set_xlabel("concurrent clients")
     ax.set_ylabel("broker peak RSS growth, MB")

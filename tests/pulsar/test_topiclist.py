@@ -16,74 +16,38 @@ import subprocess
 import sys
 import threading
 import time
-import urllib.request
-from contextlib import asynccontextmanager
 
 import pytest
 
-pytest.importorskip("google.protobuf")
-pytest.importorskip("aiohttp")
+from pylimiter.pulsar.topiclist.__main__ import NEEDS  # noqa: E402  (the extra's modules)
 
-from pylimiter import LimitType  # noqa: E402
+for _module in NEEDS:
+    pytest.importorskip(_module)
+
 from pylimiter.pulsar.topiclist import protocol  # noqa: E402
+from pylimiter.pulsar.topiclist.broker import Broker, generated_topics  # noqa: E402
+from pylimiter.pulsar.topiclist.limits import (  # noqa: E402
+    IN_PLACE_LIMITS,
+    ConfigError,
+    TopicListConfig,
+)
 from pylimiter.pulsar.topiclist.protocol import CommandType  # noqa: E402
-from pylimiter.pulsar.topiclist.broker import Broker, TopicStore, generated_topics  # noqa: E402
-from pylimiter.pulsar.topiclist.limits import ConfigError, TopicListConfig  # noqa: E402
 from pylimiter.pulsar.topiclist.proxy import Proxy  # noqa: E402
 
-HEAP, DIRECT = LimitType.HEAP_MEMORY, LimitType.DIRECT_MEMORY
-NS = "public/default"
-TOPICS = ["persistent://public/default/orders-1", "persistent://public/default/orders-2",
-          "persistent://public/default/other", "non-persistent://public/default/orders-np"]
-
-
-def store_with(topics=TOPICS):
-    s = TopicStore()
-    s.add_many(topics)
-    return s
-
-
-@asynccontextmanager
-async def running(service):
-    await service.start()
-    try:
-        yield service
-    finally:
-        await service.stop()
-
-
-def http(method, url, body=None):
-    data = json.dumps(body).encode() if body is not None else None
-    req = urllib.request.Request(url, data=data, method=method,
-                                 headers={"Content-Type": "application/json"})
-    try:
-        with urllib.request.urlopen(req, timeout=10) as r:
-            return r.status, r.read().decode()
-    except urllib.error.HTTPError as e:
-        return e.code, e.read().decode()
-
-
-async def ahttp(method, url, body=None):
-    return await asyncio.to_thread(http, method, url, body)
-
-
-async def until(pred, timeout=10.0, what="condition"):
-    t0 = time.monotonic()
-    while not pred():
-        if time.monotonic() - t0 > timeout:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.005)
-
-
-def pool(service, t):
-    return service.limiter.dual.get_limiter(t)
-
-
-def assert_all_back(service):
-    for t in (HEAP, DIRECT):
-        s = pool(service, t)
-        assert s.acquired_permits == 0 and s.queue_size == 0, (t, s.stats())
-
+from .topiclist_kit import (  # noqa: E402
+    DIRECT,
+    HEAP,
+    NS,
+    TOPICS,
+    ahttp,
+    assert_all_back,
+    http,
+    pool,
+    running,
+    store_with,
+    tiny,
+    until,
+)
 
 # ---- config --------------------------------------------------------------------
 
@@ -101,7 +65,8 @@ def test_config_file_and_defaults(tmp_path):
                  "maxTopicListInFlightDirectMemSizePermitsAcquireQueueSize=4\n")
     c = TopicListConfig.from_properties(f)
     assert c.heap_bytes == 512 * 1024 and c.direct_bytes == 0
-    assert (c.heap_timeout_ms, c.direct_timeout_ms, c.heap_queue, c.direct_queue) == (100, 200, 3, 4)
+    assert (c.heap_timeout_ms, c.direct_timeout_ms, c.heap_queue, c.direct_queue) == \
+        (100, 200, 3, 4)
     f.write_text("maxTopicListInFlightHeapMemSizeMB=lots\n")
     with pytest.raises(ConfigError, match="must be a number"):
         TopicListConfig.from_properties(f)
@@ -119,16 +84,20 @@ def test_each_setting_declared_once_reaches_file_flags_startup_and_admin(tmp_pat
 
     decl = fields(TopicListConfig)
     assert [f.name for f in decl] == ["heap_mb", "direct_mb", "heap_timeout_ms",
-                                      "direct_timeout_ms", "heap_queue", "direct_queue"]
+                                      "direct_timeout_ms", "heap_queue", "direct_queue",
+                                      "max_message_size", "pattern_max_length", "keep_alive_s"]
+    limits = [d for d in decl if d.metadata["group"] == "limits"]
+    assert len(limits) == 6
     f = tmp_path / "broker.conf"
     f.write_text("".join(f"{d.metadata['key']}={i + 1}\n" for i, d in enumerate(decl)))
     cfg = TopicListConfig.from_properties(f)
-    assert [getattr(cfg, d.name) for d in decl] == [1, 2, 3, 4, 5, 6]
+    assert [getattr(cfg, d.name) for d in decl] == list(range(1, 10))
     ap = argparse.ArgumentParser()
     add_setting_flags(ap)
-    flags = ["--heap-mb", "0.5", "--direct-timeout-ms", "7", "--heap-queue", "9"]
+    flags = ["--heap-mb", "0.5", "--direct-timeout-ms", "7", "--heap-queue", "9",
+             "--keep-alive-s", "3"]
     over = setting_overrides(ap.parse_args(flags))
-    assert over == {"heap_mb": 0.5, "direct_timeout_ms": 7, "heap_queue": 9}
+    assert over == {"heap_mb": 0.5, "direct_timeout_ms": 7, "heap_queue": 9, "keep_alive_s": 3}
     help_text = "".join(ap.format_help().split())    # argparse wraps long keys
     for d in decl:
         assert d.metadata["key"] in help_text
@@ -138,7 +107,8 @@ def test_each_setting_declared_once_reaches_file_flags_startup_and_admin(tmp_pat
     async def admin():
         async with running(Broker(cfg, store=store_with())) as b:
             st, body = await ahttp("GET", f"{b.admin_url}/admin/limits")
-            assert st == 200 and json.loads(body) == {d.name: i + 1 for i, d in enumerate(decl)}
+            assert st == 200 and json.loads(body) == {d.name: i + 1 for i, d in enumerate(limits)}
+            assert b.max_frame == 7 + 10 * 1024 and b.config.keep_alive_s == 9
     asyncio.run(admin())
 
 
@@ -178,7 +148,8 @@ def test_get_topics_modes_pattern_and_hash():
             assert list(r.topics) == TOPICS[:2] and r.filtered
             same, _ = await c.get_topics(NS, pattern="persistent://public/default/orders-.*",
                                          topics_hash=r.topics_hash)
-            assert not same.changed and list(same.topics) == [] and same.topics_hash == r.topics_hash
+            assert not same.changed and list(same.topics) == []
+            assert same.topics_hash == r.topics_hash
             await c.close()
             assert_all_back(b)
     asyncio.run(main())
@@ -229,16 +200,9 @@ def test_unknown_namespace_and_bad_pattern():
     asyncio.run(main())
 
 
-def _tiny(**kw):
-    base = dict(heap_mb=1 / 1024, direct_mb=1, heap_timeout_ms=10_000, direct_timeout_ms=10_000,
-                heap_queue=1, direct_queue=100)
-    base.update(kw)
-    return TopicListConfig(**base)
-
-
 def test_queue_full_answers_too_many_requests():
     async def main():
-        async with running(Broker(_tiny(), store=store_with())) as b:
+        async with running(Broker(tiny(), store=store_with())) as b:
             heap = pool(b, HEAP)
             hold = await b.limiter.dual.acquire(heap.max_permits, HEAP)  # the pool is taken
             c = await protocol.ClientConnection.open(b.service_url)
@@ -259,7 +223,7 @@ def test_queue_full_answers_too_many_requests():
 
 def test_permit_timeout_answers_too_many_requests_and_counts():
     async def main():
-        async with running(Broker(_tiny(heap_timeout_ms=50, heap_queue=10),
+        async with running(Broker(tiny(heap_timeout_ms=50, heap_queue=10),
                                   store=store_with())) as b:
             hold = await b.limiter.dual.acquire(pool(b, HEAP).max_permits, HEAP)
             c = await protocol.ClientConnection.open(b.service_url)
@@ -277,7 +241,7 @@ def test_permit_timeout_answers_too_many_requests_and_counts():
 
 def test_client_disconnect_while_waiting_leaks_nothing():
     async def main():
-        async with running(Broker(_tiny(heap_queue=10), store=store_with())) as b:
+        async with running(Broker(tiny(heap_queue=10), store=store_with())) as b:
             heap = pool(b, HEAP)
             hold = await b.limiter.dual.acquire(heap.max_permits, HEAP)
             c = await protocol.ClientConnection.open(b.service_url)
@@ -308,7 +272,8 @@ def test_malformed_frames_close_the_connection_not_the_server(junk):
     async def main():
         async with running(Broker(TopicListConfig(), store=store_with())) as b:
             r, w = await asyncio.open_connection("127.0.0.1", b.port)
-            w.write(protocol.encode(protocol.cmd(CommandType.CONNECT, "connect", client_version="t")))
+            w.write(protocol.encode(protocol.cmd(CommandType.CONNECT, "connect",
+                                                 client_version="t")))
             first, _ = await protocol.read_command(r)
             assert first.type == CommandType.CONNECTED
             w.write(junk)
@@ -332,13 +297,17 @@ def test_unknown_command_and_missing_connect_get_errors():
             assert await asyncio.wait_for(r.read(), 5) == b""
             w.close()
             r, w = await asyncio.open_connection("127.0.0.1", b.port)
-            w.write(protocol.encode(protocol.cmd(CommandType.CONNECT, "connect", client_version="t")))
-            w.write(protocol.encode(protocol.BaseCommand(type=CommandType.PRODUCER)))   # not offered here
+            w.write(protocol.encode(protocol.cmd(CommandType.CONNECT, "connect",
+                                                 client_version="t")))
+            w.write(protocol.encode(protocol.cmd(CommandType.PRODUCER, "producer",
+                                                 request_id=7)))   # not offered here
             w.write(protocol.encode(protocol.cmd(CommandType.PING, "ping")))
             kinds = [(await protocol.read_command(r))[0] for _ in range(3)]
-            assert [k.type for k in kinds] == [CommandType.CONNECTED, CommandType.ERROR, CommandType.PONG]
+            assert [k.type for k in kinds] == [CommandType.CONNECTED, CommandType.ERROR,
+                                               CommandType.PONG]
             assert kinds[1].error.error == protocol.ServerError.NotAllowedError
             assert "PRODUCER is not supported" in kinds[1].error.message
+            assert kinds[1].error.request_id == 7    # the failed request's own id
             w.close()
     asyncio.run(main())
 
@@ -346,7 +315,8 @@ def test_unknown_command_and_missing_connect_get_errors():
 def test_response_larger_than_the_direct_pool_is_capped_and_served():
     async def main():
         topics = generated_topics(NS, 200)            # ~7 KB response
-        async with running(Broker(_tiny(heap_mb=1, direct_mb=1 / 1024), store=store_with(topics))) as b:
+        cfg = tiny(heap_mb=1, direct_mb=1 / 1024)
+        async with running(Broker(cfg, store=store_with(topics))) as b:
             c = await protocol.ClientConnection.open(b.service_url)
             r, size = await c.get_topics(NS)
             assert len(r.topics) == 200 and size > 1024
@@ -361,13 +331,15 @@ def test_response_larger_than_the_direct_pool_is_capped_and_served():
 
 def test_limits_change_at_run_time_and_metrics_names():
     async def main():
-        async with running(Broker(TopicListConfig(heap_mb=1, direct_mb=0), store=store_with())) as b:
+        cfg = TopicListConfig(heap_mb=1, direct_mb=0)
+        async with running(Broker(cfg, store=store_with())) as b:
             st, body = await ahttp("PUT", f"{b.admin_url}/admin/limits", {"heap_mb": 2})
             assert st == 200 and json.loads(body)["heap_mb"] == 2
             assert pool(b, HEAP).max_permits == 2 * 1024 * 1024
             old = b.limiter.dual
             st, _ = await ahttp("PUT", f"{b.admin_url}/admin/limits", {"direct_mb": 0.5})
-            assert st == 200 and b.limiter.dual is not old        # enabling: new limiter
+            # enabling: the same limiter where the core switches in place, else a new one
+            assert st == 200 and (b.limiter.dual is old) == IN_PLACE_LIMITS
             assert pool(b, DIRECT).max_permits == 512 * 1024
             st, body = await ahttp("PUT", f"{b.admin_url}/admin/limits", {"heap_mb": -1})
             assert st == 400 and "heap_mb" in body
@@ -393,7 +365,7 @@ def test_limits_change_at_run_time_and_metrics_names():
 def test_proxy_forwards_topic_lists_under_its_own_limits():
     async def main():
         async with running(Broker(TopicListConfig(), store=store_with())) as b, \
-                running(Proxy(_tiny(heap_mb=1, heap_queue=10), broker_url=b.service_url)) as px:
+                running(Proxy(tiny(heap_mb=1, heap_queue=10), broker_url=b.service_url)) as px:
             c = await protocol.ClientConnection.open(px.service_url)
             assert not c.connected.feature_flags.supports_topic_watchers
             r, _ = await c.get_topics(NS, pattern="persistent://public/default/orders-.*")
@@ -459,7 +431,8 @@ def test_memory_bound_holds_under_concurrent_load(via_proxy):
             # seen: sampled between steps; peak: recorded at every grant.
             for t, name in ((HEAP, "heap"), (DIRECT, "direct")):
                 assert seen[t] <= limits[t], (t, seen[t], limits[t])
-                assert 0 < svc.limiter.peak[name] <= limits[t], (t, svc.limiter.peak[name], limits[t])
+                peak = svc.limiter.peak[name]
+                assert 0 < peak <= limits[t], (t, peak, limits[t])
             await until(lambda: not svc.connections, what="clients gone")
             assert_all_back(svc)
             assert_all_back(b)
@@ -537,7 +510,8 @@ def test_pulsar_client_regex_subscription(pulsar_services, via_proxy):
         assert _wait(lambda: _subscribed(b) == TOPICS[:2])
         st, _ = http("POST", f"{b.admin_url}/admin/topics?name=persistent://public/default/orders-3")
         assert st == 201
-        assert _wait(lambda: _subscribed(b) == TOPICS[:2] + ["persistent://public/default/orders-3"]), \
+        want = TOPICS[:2] + ["persistent://public/default/orders-3"]
+        assert _wait(lambda: _subscribed(b) == want), \
             _subscribed(b)
         assert (px if via_proxy else b).counters["requests"] >= 2   # listed again
         low.close()
@@ -556,7 +530,7 @@ def test_load_generator_counts_responses_rejections_and_reads_server_peaks():
     from pylimiter.pulsar.topiclist.loadgen import run_load
 
     async def main():
-        async with running(Broker(_tiny(heap_mb=1, heap_timeout_ms=50, heap_queue=100),
+        async with running(Broker(tiny(heap_mb=1, heap_timeout_ms=50, heap_queue=100),
                                   store=store_with(generated_topics(NS, 300)))) as b:
             res = await run_load(b.service_url, NS, 3, 30.0, admin_url=b.admin_url,
                                  max_requests=12, read_delay=0.01)

@@ -19,6 +19,8 @@ _PING = bytes([0x08, CommandType.PING])
 
 @dataclass
 class LoadResult:
+    """What a load run saw, and the server's peaks when scraped."""
+
     connections: int
     duration_s: float
     requests: int = 0
@@ -31,15 +33,18 @@ class LoadResult:
 
     @property
     def rps(self) -> float:
+        """Responses per second over the run."""
         return self.responses / self.duration_s if self.duration_s else 0.0
 
     def percentile(self, q: float) -> Optional[float]:
+        """A latency percentile in ms (q in 0..1), None without samples."""
         if not self.latencies_ms:
             return None
         s = sorted(self.latencies_ms)
         return s[min(len(s) - 1, int(q * (len(s) - 1) + 0.5))]
 
     def summary(self) -> dict:
+        """The result as a flat dict (latencies as p50/p99/max)."""
         d = asdict(self)
         d.pop("latencies_ms")
         d.update(rps=round(self.rps, 1), p50_ms=self.percentile(0.5),
@@ -89,8 +94,9 @@ async def run_load(url: str, namespace: str, connections: int, duration: float, 
                 budget[0] -= 1
                 res.requests += 1
                 rid += 1
-                writer.write(protocol.encode(protocol.cmd(CommandType.GET_TOPICS_OF_NAMESPACE, "getTopicsOfNamespace",
-                                            request_id=rid, namespace=namespace)))
+                writer.write(protocol.encode(protocol.cmd(
+                    CommandType.GET_TOPICS_OF_NAMESPACE, "getTopicsOfNamespace",
+                    request_id=rid, namespace=namespace)))
                 t0 = time.perf_counter()
                 if read_delay:
                     await asyncio.sleep(read_delay)
@@ -115,7 +121,8 @@ async def run_load(url: str, namespace: str, connections: int, duration: float, 
                 else:
                     command = protocol.BaseCommand()
                     command.ParseFromString(body[:cmd_size])
-                    if command.type == CommandType.ERROR and command.error.error == protocol.ServerError.TooManyRequests:
+                    if command.type == CommandType.ERROR and \
+                            command.error.error == protocol.ServerError.TooManyRequests:
                         res.too_many_requests += 1
                     else:
                         res.other_errors += 1

@@ -11,9 +11,9 @@ import asyncio
 import itertools
 import re
 import struct
-import zlib
 from typing import Iterable, Optional
 
+import google_crc32c
 from google.protobuf.message import DecodeError
 
 from . import pulsar_topiclist_pb2 as pb
@@ -25,8 +25,12 @@ ServerError = pb.ServerError
 
 PROTOCOL_VERSION = 21
 SERVER_VERSION = "pylimiter-topiclist"
-# Largest frame accepted; a topic list response of 100k topics is ~5 MB.
-DEFAULT_MAX_FRAME = 64 * 1024 * 1024
+#: Pulsar's maxMessageSize default (5 MiB): the largest message a broker
+#: accepts, advertised to clients in CONNECTED.
+DEFAULT_MAX_MESSAGE_SIZE = 5 * 1024 * 1024
+#: What a frame may carry beyond maxMessageSize (Pulsar's
+#: Commands.MESSAGE_SIZE_FRAME_PADDING): command and metadata headers.
+FRAME_PADDING = 10 * 1024
 # What a topic costs in the heap estimate besides its UTF-8 bytes (object
 # and list overhead), as in the issue: sum of lengths + 32 per topic.
 TOPIC_OVERHEAD = 32
@@ -35,11 +39,23 @@ _U32 = struct.Struct(">I")
 _U32x2 = struct.Struct(">II")
 
 
+
+
+def max_frame_for(max_message_size: int) -> int:
+    """The largest frame accepted, 4-byte length prefix included, as Pulsar's
+    frame decoder computes it: maxMessageSize plus the frame padding."""
+    return max_message_size + FRAME_PADDING
+
+
+DEFAULT_MAX_FRAME = max_frame_for(DEFAULT_MAX_MESSAGE_SIZE)
+
+
 class ProtocolError(Exception):
     """A frame that cannot be a Pulsar command: the connection is closed."""
 
 
 def encode(cmd: BaseCommand) -> bytes:
+    """The frame of a command: total size, command size, command."""
     body = cmd.SerializeToString()
     return _U32x2.pack(len(body) + 4, len(body)) + body
 
@@ -60,8 +76,10 @@ async def read_command(reader: asyncio.StreamReader, max_frame: int = DEFAULT_MA
             return None, 0
         raise ProtocolError("truncated frame header") from None
     (total,) = _U32.unpack(head)
-    if total < 4 or total > max_frame:
-        raise ProtocolError(f"frame size {total} outside 4..{max_frame}")
+    # Checked before a byte of the body is buffered, so a peer cannot make
+    # the server hold more than max_frame for it.
+    if total < 4 or total + 4 > max_frame:
+        raise ProtocolError(f"frame size {total + 4} outside 8..{max_frame} bytes")
     try:
         body = await reader.readexactly(total)
     except asyncio.IncompleteReadError:
@@ -95,6 +113,7 @@ def split_topic(name: str) -> tuple[str, str, str]:
 
 
 def mode_matches(name: str, mode: int) -> bool:
+    """Whether a topic belongs to a GET_TOPICS_OF_NAMESPACE mode."""
     if mode == Mode.ALL:
         return True
     persistent = name.startswith("persistent://")
@@ -102,28 +121,50 @@ def mode_matches(name: str, mode: int) -> bool:
 
 
 def topics_hash(topics: Iterable[str]) -> str:
-    """Order-independent digest of a topic list (CRC32 of the sorted names),
-    as opaque to clients as Pulsar's own."""
-    crc = 0
-    for t in sorted(topics):
-        crc = zlib.crc32(t.encode() + b"\n", crc)
-    return f"{crc:08x}"
+    """Pulsar's TopicList.calculateHash: CRC32C of the names sorted as Java
+    sorts strings (by UTF-16 code unit), UTF-8 encoded and joined by ",",
+    printed as Guava's HashCode.toString prints an int hash: its four bytes
+    little-endian first, in lower-case hex ("123456789" -> "839206e3")."""
+    names = sorted(topics)
+    joined = ",".join(names)
+    if not joined.isascii():
+        # Code point order differs from UTF-16 order only for characters
+        # above U+FFFF against U+E000..U+FFFF; sort as Java does.
+        names.sort(key=lambda t: t.encode("utf-16-be", "surrogatepass"))
+        joined = ",".join(names)
+    crc = google_crc32c.value(joined.encode("utf-8", "surrogatepass"))
+    return crc.to_bytes(4, "little").hex()
 
 
 def estimate_heap(topics: Iterable[str]) -> int:
+    """PIP-442's heap estimate of a list: UTF-8 bytes + 32 per topic."""
     return sum(len(t.encode()) + TOPIC_OVERHEAD for t in topics)
 
 
 def strip_domain_pattern(pattern: str) -> str:
-    """Pulsar clients send patterns like 'persistent://public/default/a.*';
-    the domain part is matched as a literal prefix."""
-    return pattern.split("://", 1)[1] if "://" in pattern else pattern
+    """Pulsar's TopicList.removeTopicDomainScheme: clients send patterns like
+    'persistent://public/default/a.*', and the scheme is removed before
+    matching, keeping what stands before it ('^persistent://x' -> '^x').
+    ValueError for a scheme other than persistent or non-persistent."""
+    prefix, sep, rest = pattern.partition("://")
+    if not sep:
+        return pattern
+    for domain in ("non-persistent", "persistent"):
+        if prefix.endswith(domain):
+            return prefix[:-len(domain)] + rest
+    raise ValueError(f"Does not support topic domain: {prefix}")
+
+
+def strip_domain(topic: str) -> str:
+    """A topic name without its scheme, as patterns are matched against."""
+    return topic.partition("://")[2]
 
 
 # ---- commands ------------------------------------------------------------------
 
 
 def cmd(type_: int, field: Optional[str] = None, **values) -> BaseCommand:
+    """A BaseCommand of a type with its body's fields set from keywords."""
     command = BaseCommand(type=type_)
     if field is not None:
         sub = getattr(command, field)
@@ -140,11 +181,33 @@ def cmd(type_: int, field: Optional[str] = None, **values) -> BaseCommand:
     return command
 
 
+def request_id_of(command: BaseCommand) -> int:
+    """The request id of a command that has one, else 0: every command's
+    body is the BaseCommand field numbered as its type, and the requests
+    this service does not serve are declared with their request_id."""
+    field = BaseCommand.DESCRIPTOR.fields_by_number.get(command.type)
+    if field is None or field.message_type is None or not command.HasField(field.name):
+        return 0
+    body = getattr(command, field.name)
+    return body.request_id if "request_id" in body.DESCRIPTOR.fields_by_name else 0
+
+
+def has_body(command: BaseCommand) -> bool:
+    """Whether a command carries its body (CommandXxx), where its type has
+    one; a GET_TOPICS_OF_NAMESPACE without it is not a request."""
+    field = BaseCommand.DESCRIPTOR.fields_by_number.get(command.type)
+    if field is None or field.message_type is None:
+        return True
+    return command.HasField(field.name) or not field.message_type.fields
+
+
 def error(request_id: int, code: int, message: str) -> BaseCommand:
+    """An ERROR command answering request_id."""
     return cmd(CommandType.ERROR, "error", request_id=request_id, error=code, message=message)
 
 
 def connected(watchers: bool, max_message_size: int) -> BaseCommand:
+    """The CONNECTED answer, advertising watchers and maxMessageSize."""
     return cmd(CommandType.CONNECTED, "connected", server_version=SERVER_VERSION,
                protocol_version=PROTOCOL_VERSION, max_message_size=max_message_size,
                feature_flags={"supports_topic_watchers": watchers})
@@ -187,23 +250,28 @@ class ClientConnection:
         self.closed = asyncio.Event()
 
     @classmethod
-    async def open(cls, url: str, *, max_frame: int = DEFAULT_MAX_FRAME,
+    async def open(cls, url: str, *, max_frame: Optional[int] = None,
                    timeout: float = 10.0, proxy_to_broker_url: Optional[str] = None
                    ) -> "ClientConnection":
+        """Connect and handshake.  Frames larger than max_frame close the
+        connection; by default the limit is the one the server advertises
+        (its maxMessageSize plus padding), as Pulsar's clients do."""
         host, port = parse_url(url)
         reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port), timeout)
-        self = cls(reader, writer, max_frame)
+        self = cls(reader, writer, max_frame or DEFAULT_MAX_FRAME)
         connect = cmd(CommandType.CONNECT, "connect", client_version="pylimiter-client",
                       protocol_version=PROTOCOL_VERSION,
                       feature_flags={"supports_topic_watchers": True})
         if proxy_to_broker_url:
             connect.connect.proxy_to_broker_url = proxy_to_broker_url
         writer.write(encode(connect))
-        first, _ = await asyncio.wait_for(read_command(reader, max_frame), timeout)
+        first, _ = await asyncio.wait_for(read_command(reader, self.max_frame), timeout)
         if first is None or first.type != CommandType.CONNECTED:
             writer.close()
             raise ProtocolError(f"expected CONNECTED, got {first and CommandType.Name(first.type)}")
         self.connected = first.connected
+        if max_frame is None and first.connected.HasField("max_message_size"):
+            self.max_frame = max_frame_for(first.connected.max_message_size)
         self._reader_task = asyncio.ensure_future(self._read_loop())
         return self
 
@@ -257,6 +325,7 @@ class ClientConnection:
     async def get_topics(self, namespace: str, mode: int = Mode.PERSISTENT,
                          pattern: Optional[str] = None, topics_hash: Optional[str] = None,
                          timeout: Optional[float] = 60.0):
+        """GET_TOPICS_OF_NAMESPACE: (response body, frame size)."""
         rid = next(self.ids)
         command = cmd(CommandType.GET_TOPICS_OF_NAMESPACE, "getTopicsOfNamespace", request_id=rid,
                 namespace=namespace, mode=mode)
@@ -269,23 +338,27 @@ class ClientConnection:
 
     async def watch(self, namespace: str, pattern: str, watcher_id: int,
                     topics_hash: Optional[str] = None, timeout: Optional[float] = 60.0):
+        """WATCH_TOPIC_LIST: the success body; updates go to .updates."""
         rid = next(self.ids)
-        command = cmd(CommandType.WATCH_TOPIC_LIST, "watchTopicList", request_id=rid, watcher_id=watcher_id,
-                namespace=namespace, topics_pattern=pattern)
+        command = cmd(CommandType.WATCH_TOPIC_LIST, "watchTopicList", request_id=rid,
+                      watcher_id=watcher_id, namespace=namespace, topics_pattern=pattern)
         if topics_hash is not None:
             command.watchTopicList.topics_hash = topics_hash
         resp, _ = await self.request(command, rid, timeout)
         return resp.watchTopicListSuccess
 
     async def close_watch(self, watcher_id: int):
+        """WATCH_TOPIC_LIST_CLOSE, awaiting its SUCCESS."""
         rid = next(self.ids)
         await self.request(cmd(CommandType.WATCH_TOPIC_LIST_CLOSE, "watchTopicListClose",
                                request_id=rid, watcher_id=watcher_id), rid)
 
     def send(self, command: BaseCommand) -> None:
+        """Write a command without waiting for an answer."""
         self.writer.write(encode(command))
 
     async def close(self):
+        """Close the connection and end its reader."""
         self.writer.close()
         try:
             await self.writer.wait_closed()
@@ -296,6 +369,7 @@ class ClientConnection:
 
 
 def parse_url(url: str) -> tuple[str, int]:
+    """(host, port) of pulsar://host:port; ValueError otherwise."""
     m = re.match(r"^pulsar://([^:/]+|\[[^\]]+\]):(\d+)/?$", url)
     if not m:
         raise ValueError(f"expected pulsar://host:port, got {url!r}")

@@ -18,11 +18,13 @@ import asyncio
 from typing import Optional
 
 from . import protocol
-from .protocol import CommandType
+from .protocol import CommandType, ServerError
 from .server import ConnectionBase, ServiceBase, log
 
 
 class Proxy(ServiceBase):
+    """A client-facing endpoint in front of one broker, with its own limits."""
+
     role = "proxy"
     advertise_watchers = False
 
@@ -34,33 +36,37 @@ class Proxy(ServiceBase):
         self._backend_lock = asyncio.Lock()
 
     def make_connection(self, reader, writer):
+        """A ProxyConnection for an accepted client."""
         return ProxyConnection(self, reader, writer)
 
     async def backend(self) -> protocol.ClientConnection:
         """The shared connection to the broker, reopened when it drops."""
         async with self._backend_lock:
             if self._backend is None or self._backend.closed.is_set():
-                self._backend = await protocol.ClientConnection.open(self.broker_url,
-                                                              max_frame=self.max_frame)
+                self._backend = await protocol.ClientConnection.open(self.broker_url)
             return self._backend
 
     async def stop(self):
+        """Stop serving, then close the connection to the broker."""
         await super().stop()
         if self._backend is not None:
             await self._backend.close()
 
 
 class ProxyConnection(ConnectionBase):
+    """One client of the proxy: forwarded requests, or a pipe to the broker."""
+
     service: Proxy
 
     async def dispatch(self, command, size):
+        """Answer one command; forwarded requests run as tasks."""
         kind = command.type
         if kind == CommandType.CONNECT:
             target = command.connect.proxy_to_broker_url
             if target:
                 return await self.pipe_to_broker(command, target)
             self.connected = True
-            self.send(protocol.connected(False, self.service.max_frame))
+            self.send(protocol.connected(False, self.service.config.max_message_size))
         elif kind == CommandType.PING:
             self.send(protocol.cmd(CommandType.PONG, "pong"))
         elif kind == CommandType.PONG:
@@ -74,7 +80,7 @@ class ProxyConnection(ConnectionBase):
             self.spawn(self.guarded(get_topics.request_id, lambda: self.get_topics(get_topics)))
         elif kind == CommandType.WATCH_TOPIC_LIST:
             self.send(protocol.error(command.watchTopicList.request_id,
-                                     protocol.ServerError.NotAllowedError,
+                                     ServerError.NotAllowedError,
                                      "topic list watchers are not supported through the proxy"))
         else:
             self.unsupported(command)
@@ -96,44 +102,50 @@ class ProxyConnection(ConnectionBase):
         return resp, size
 
     async def forward_lookup(self, command):
+        """LOOKUP through the broker, answered with proxy_through_service_url."""
         rid = command.lookupTopic.request_id
         try:
             resp, _ = await self._forward(command, "lookupTopic", rid)
         except (ConnectionError, OSError, protocol.ProtocolError) as exc:
-            self.send(protocol.cmd(CommandType.LOOKUP_RESPONSE, "lookupTopicResponse", request_id=rid,
-                            response=2, error=protocol.ServerError.ServiceNotReady,
-                            message=f"broker unreachable: {exc}"))
+            self.send(protocol.cmd(CommandType.LOOKUP_RESPONSE, "lookupTopicResponse",
+                                   request_id=rid, response=2, error=ServerError.ServiceNotReady,
+                                   message=f"broker unreachable: {exc}"))
             return
         if resp.type == CommandType.LOOKUP_RESPONSE:
             resp.lookupTopicResponse.proxy_through_service_url = True
         self.send(resp)
 
     async def forward_metadata(self, command):
+        """PARTITIONED_METADATA through the broker."""
         rid = command.partitionMetadata.request_id
         try:
             resp, _ = await self._forward(command, "partitionMetadata", rid)
         except (ConnectionError, OSError, protocol.ProtocolError) as exc:
-            self.send(protocol.cmd(CommandType.PARTITIONED_METADATA_RESPONSE, "partitionMetadataResponse",
-                            request_id=rid, response=1, error=protocol.ServerError.ServiceNotReady,
-                            message=f"broker unreachable: {exc}"))
+            self.send(protocol.cmd(CommandType.PARTITIONED_METADATA_RESPONSE,
+                                   "partitionMetadataResponse", request_id=rid, response=1,
+                                   error=ServerError.ServiceNotReady,
+                                   message=f"broker unreachable: {exc}"))
             return
         self.send(resp)
 
     async def get_topics(self, request):
+        """Forward a listing under the proxy's own limits: a heap permit of
+        the estimate for (namespace, mode), resized to the broker's response
+        frame, and a direct permit for the write."""
         svc = self.service
+        key = (request.namespace, request.mode)
         dual = self.limiter.dual
-        heap = await self.limited_heap(request.namespace, dual)
+        heap = await self.limited_heap(key, dual)
         try:
             upstream = protocol.BaseCommand(type=CommandType.GET_TOPICS_OF_NAMESPACE)
             upstream.getTopicsOfNamespace.CopyFrom(request)
             resp, frame = await self._forward(upstream, "getTopicsOfNamespace",
                                               request.request_id)
             if resp.type == CommandType.ERROR:
-                self.send(resp)
-                return
+                raise protocol.RequestError(resp.error.error, resp.error.message)
             # The decoded list is now in our heap: account for it by the
             # size of the frame it came in (PIP-442's cmdSize).
-            svc.estimates[request.namespace] = frame
+            svc.estimates[key] = frame
             await self.heap_update(dual, heap, frame)
             await self.write_limited(resp, dual)
         finally:
@@ -141,6 +153,8 @@ class ProxyConnection(ConnectionBase):
 
     async def pipe_to_broker(self, connect_cmd, target: str):
         # Clients send host:port here (Pulsar's clients do), some a URL.
+        """Hand the connection to the broker byte for byte (CONNECT with
+        proxy_to_broker_url); only this proxy's broker is allowed."""
         want = protocol.parse_url(self.service.broker_url)
         try:
             got = protocol.parse_url(target if "://" in target else f"pulsar://{target}")
@@ -148,16 +162,20 @@ class ProxyConnection(ConnectionBase):
             got = None
         if got != want:
             # An open relay to anywhere would be a security hole.
-            self.send(protocol.error(0, protocol.ServerError.AuthorizationError,
+            self.send(protocol.error(0, ServerError.AuthorizationError,
                               f"proxy_to_broker_url {target} is not this proxy's broker"))
             return None
         try:
             br, bw = await asyncio.open_connection(*want)
         except (OSError, ValueError) as exc:
-            self.send(protocol.error(0, protocol.ServerError.ServiceNotReady, f"broker unreachable: {exc}"))
+            self.send(protocol.error(0, ServerError.ServiceNotReady,
+                                     f"broker unreachable: {exc}"))
             return None
         connect_cmd.connect.ClearField("proxy_to_broker_url")
         bw.write(protocol.encode(connect_cmd))
+        # From here the bytes are the client's and the broker's: the broker
+        # keeps this connection alive, a proxy PING would corrupt the stream.
+        self.stop_keepalive()
         self.writer.transport.set_write_buffer_limits()  # plain pipe from here on
 
         async def pump(src, dst):

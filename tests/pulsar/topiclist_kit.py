@@ -1,0 +1,77 @@
+"""What the topic-list test modules share: a small namespace, running
+services, HTTP helpers, and the permit checks."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+import urllib.error
+import urllib.request
+from contextlib import asynccontextmanager
+
+from pylimiter import LimitType
+from pylimiter.pulsar.topiclist.broker import TopicStore
+from pylimiter.pulsar.topiclist.limits import TopicListConfig
+
+HEAP, DIRECT = LimitType.HEAP_MEMORY, LimitType.DIRECT_MEMORY
+NS = "public/default"
+TOPICS = ["persistent://public/default/orders-1", "persistent://public/default/orders-2",
+          "persistent://public/default/other", "non-persistent://public/default/orders-np"]
+
+
+def store_with(topics=TOPICS):
+    s = TopicStore()
+    s.add_many(topics)
+    return s
+
+
+@asynccontextmanager
+async def running(service):
+    await service.start()
+    try:
+        yield service
+    finally:
+        await service.stop()
+
+
+def http(method, url, body=None, *, raw: bytes = None):
+    """(status, text) of one request; `body` is sent as JSON, `raw` as is."""
+    data = raw if raw is not None else json.dumps(body).encode() if body is not None else None
+    req = urllib.request.Request(url, data=data, method=method,
+                                 headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=10) as r:
+            return r.status, r.read().decode()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read().decode()
+
+
+async def ahttp(method, url, body=None, *, raw: bytes = None):
+    return await asyncio.to_thread(http, method, url, body, raw=raw)
+
+
+async def until(pred, timeout=10.0, what="condition"):
+    t0 = time.monotonic()
+    while not pred():
+        if time.monotonic() - t0 > timeout:
+            raise AssertionError(f"timed out waiting for {what}")
+        await asyncio.sleep(0.005)
+
+
+def pool(service, t):
+    return service.limiter.dual.get_limiter(t)
+
+
+def assert_all_back(service):
+    for t in (HEAP, DIRECT):
+        s = pool(service, t)
+        assert s.acquired_permits == 0 and s.queue_size == 0, (t, s.stats())
+
+
+def tiny(**kw):
+    """Small pools and long waits: one 1 KiB heap permit, queue of 1."""
+    base = dict(heap_mb=1 / 1024, direct_mb=1, heap_timeout_ms=10_000, direct_timeout_ms=10_000,
+                heap_queue=1, direct_queue=100)
+    base.update(kw)
+    return TopicListConfig(**base)
