@@ -80,7 +80,7 @@ def test_permit_estimate_and_update(cm):
     seen = []
 
     async def storage(name, first, last):
-        seen.append(r.semaphore.acquired_permits)
+        seen.append(r2.semaphore.acquired_permits)
         return [b"y" * 1000] * (last[1] - first[1] + 1)
 
     r2 = EntryReader(m, storage, 25_000)
