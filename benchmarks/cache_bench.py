@@ -120,40 +120,14 @@ def bench_churn(rounds: int, entries: int, ops: int) -> list[dict]:
 
 
 def bench_scan(rounds: int, topics_list: list[int]) -> list[dict]:
-    from pylimiter.pulsar.cache import EntryCacheManager
-    from pylimiter.pulsar.cache.policies import LegacyCacheManager
+    from pylimiter.pulsar.cache.scan import idle_pass_ns
 
     rows = []
     for topics in topics_list:
-        now = [10**12]
-        clock = lambda: now[0]  # noqa: E731  (a fixed clock: nothing ever expires)
-        queue = EntryCacheManager(1 << 40, clock=clock)
-        legacy = LegacyCacheManager(1 << 40, time_threshold_ms=1000, clock=clock)
-        for t in range(topics):
-            name = f"persistent://tenant/ns/topic-{t}"
-            queue.cache(name).insert((1, 0), b"x" * 100)
-            legacy.cache(name).insert((1, 0), b"x" * 100)
-        reps_q = 20_000
-        reps_l = max(1, 2_000_000 // topics)
-
-        def run_queue():
-            ev = queue.run_eviction
-            t0 = time.thread_time_ns()
-            for _ in range(reps_q):
-                ev()
-            return time.thread_time_ns() - t0, reps_q
-
-        def run_legacy():
-            ev = legacy.run_eviction
-            t0 = time.thread_time_ns()
-            for _ in range(reps_l):
-                ev()
-            return time.thread_time_ns() - t0, reps_l
-
-        a, b = _interleaved(run_queue, run_legacy, rounds)
-        assert queue.size == legacy.size == topics * 100
-        rows.append(dict(benchmark="scan", impl="c", param=topics, ours_ns=a,
-                         anchor="legacy per-cache scan", anchor_ns=b, ratio=a / b))
+        ns = idle_pass_ns(topics, ("pip430", "legacy"), rounds=rounds)
+        rows.append(dict(benchmark="scan", impl="c", param=topics, ours_ns=ns["pip430"],
+                         anchor="legacy per-cache scan", anchor_ns=ns["legacy"],
+                         ratio=ns["pip430"] / ns["legacy"]))
     return rows
 
 

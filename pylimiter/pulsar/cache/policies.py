@@ -61,15 +61,20 @@ class Policy:
     factory: Callable
 
     def build(self, max_size_bytes: int, *, time_threshold_ms: float = 1000,
-              max_requeue: int = 5, clock: Callable[[], int] = time.monotonic_ns):
-        """A fresh manager for ``max_size_bytes`` with this policy."""
+              max_requeue: int = 5, eviction_watermark: float = DEFAULT_EVICTION_WATERMARK,
+              clock: Callable[[], int] = time.monotonic_ns):
+        """A fresh manager for ``max_size_bytes`` with this policy
+        (managedLedgerCacheEvictionTimeThresholdMillis, ...MaxTimes,
+        managedLedgerCacheEvictionWatermark)."""
         return self.factory(max_size_bytes, time_threshold_ms=time_threshold_ms,
-                            max_requeue=max_requeue, clock=clock)
+                            max_requeue=max_requeue, eviction_watermark=eviction_watermark,
+                            clock=clock)
 
 
 def _queue_policy(extend: bool, requeues: bool):
-    def build(max_size_bytes, *, time_threshold_ms, max_requeue, clock):
+    def build(max_size_bytes, *, time_threshold_ms, max_requeue, eviction_watermark, clock):
         return EntryCacheManager(max_size_bytes, time_threshold_ms=time_threshold_ms,
+                                 eviction_watermark=eviction_watermark,
                                  max_requeue_count_when_expected_reads=max_requeue if requeues
                                  else 0,
                                  extend_ttl_of_recently_accessed=extend, clock=clock)
@@ -157,11 +162,12 @@ class _ReferenceManager:
     """What the two pure-Python reference managers share: caches by name,
     counters, the thresholds."""
 
-    def __init__(self, max_size_bytes: int, *, time_threshold_ms: float, clock):
+    def __init__(self, max_size_bytes: int, *, time_threshold_ms: float, clock,
+                 eviction_watermark: float = DEFAULT_EVICTION_WATERMARK):
         self._max = check_max_size(max_size_bytes)
         self._threshold_ns = check_time_threshold_ms(time_threshold_ms)
         self._trigger_bytes = int(self._max * DEFAULT_EVICTION_TRIGGER)
-        self._watermark_bytes = int(self._max * DEFAULT_EVICTION_WATERMARK)
+        self._watermark_bytes = int(self._max * eviction_watermark)
         self._clock = clock
         self._caches: dict[str, _SortedCache] = {}
         self._size = 0
@@ -309,8 +315,8 @@ class LRUCacheManager(_ReferenceManager):
 
     cache_class = _LRUCache
 
-    def __init__(self, max_size_bytes: int, *, time_threshold_ms: float, clock):
-        super().__init__(max_size_bytes, time_threshold_ms=time_threshold_ms, clock=clock)
+    def __init__(self, max_size_bytes: int, **kw):
+        super().__init__(max_size_bytes, **kw)
         self._lru: OrderedDict[tuple, _LRUCache] = OrderedDict()
 
     def run_eviction(self) -> tuple[int, int]:
@@ -325,8 +331,9 @@ class LRUCacheManager(_ReferenceManager):
 
 
 def _reference(cls):
-    def build(max_size_bytes, *, time_threshold_ms, max_requeue, clock):
-        return cls(max_size_bytes, time_threshold_ms=time_threshold_ms, clock=clock)
+    def build(max_size_bytes, *, time_threshold_ms, max_requeue, eviction_watermark, clock):
+        return cls(max_size_bytes, time_threshold_ms=time_threshold_ms, clock=clock,
+                   eviction_watermark=eviction_watermark)
     return build
 
 
