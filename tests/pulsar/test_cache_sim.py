@@ -160,22 +160,22 @@ def test_simulator_end_to_end(spark, tmp_path, capsys):
     from pylimiter.pulsar.cache.simulate import main
 
     out = tmp_path / "cache"
-    rc = main(["simulate", "--workloads", "catchup,keyshared,tailing",
-               "--managedLedgerCacheSizeMB", "1,4", "--scale", "0.05", "--duration", "3",
+    rc = main(["simulate", "--workloads", "catchup,keyshared",
+               "--managedLedgerCacheSizeMB", "1,4", "--scale", "0.05", "--duration", "2",
                "--scan-topics", "10,100", "--no-progress", "--out", str(out)], spark=spark)
     cap = capsys.readouterr()
     assert rc == 0, cap.out + cap.err
-    assert "pylimiter entry cache simulator: 30 replays" in cap.out
+    assert "pylimiter entry cache simulator: 20 replays" in cap.out
     assert f"report: {(out / 'index.html').resolve()}" in cap.out
     assert not spark.sparkContext._jsc.sc().isStopped()
     runs = _rows(out / "runs.csv")
-    assert len(runs) == 3 * 5 * 2
+    assert len(runs) == 2 * 5 * 2
     for r in runs:
         assert r["failure"] == ""
         assert int(r["hits"]) + int(r["misses"]) == int(r["reads"]) > 0
     summary = _rows(out / "summary.csv")
     assert {(s["workload"], s["policy"]) for s in summary} == {
-        (w, p) for w in ("catchup", "keyshared", "tailing") for p in POLICIES}
+        (w, p) for w in ("catchup", "keyshared") for p in POLICIES}
     scan = _rows(out / "scan.csv")
     assert {(int(s["topics"]), s["policy"]) for s in scan} == {
         (t, p) for t in (10, 100) for p in ("pip430", "lru", "legacy")}
