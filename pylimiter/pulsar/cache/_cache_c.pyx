@@ -403,28 +403,24 @@ cdef class RemovalQueue:
         return self._walk_size(v if v <= MAX_ID else MAX_ID)
 
     cdef tuple _walk_before(self, int64_t before):
-        cdef plim_cq_gone_t gone
-        cdef int need_now = 0
-        cdef int64_t now = PLIM_CQ_NO_NOW
-        plim_cq_gone_init(&gone)
-        try:
-            while True:
-                plim_cq_evict_before(&self.q, before, now, &gone, &need_now)
-                if not need_now:
-                    break
-                now = _read_clock(self._clock)
-        finally:
-            _release(&gone)
-        return gone.entries, gone.bytes
+        return self._walk(True, before)
 
     cdef tuple _walk_size(self, int64_t size_to_free):
+        return self._walk(False, size_to_free)
+
+    cdef tuple _walk(self, bint by_time, int64_t limit):
+        """One walk; a requeue that needs "now" stops the core call, we read
+        the clock once, and the walk resumes where it stopped."""
         cdef plim_cq_gone_t gone
         cdef int need_now = 0
         cdef int64_t now = PLIM_CQ_NO_NOW
         plim_cq_gone_init(&gone)
         try:
             while True:
-                plim_cq_evict_size(&self.q, size_to_free, now, &gone, &need_now)
+                if by_time:
+                    plim_cq_evict_before(&self.q, limit, now, &gone, &need_now)
+                else:
+                    plim_cq_evict_size(&self.q, limit, now, &gone, &need_now)
                 if not need_now:
                     break
                 now = _read_clock(self._clock)

@@ -97,7 +97,7 @@ def _keyshared(rng: Random, scale: float) -> list[Topic]:
 
 
 def _fanout(rng: Random, scale: float) -> list[Topic]:
-    return [Topic(rate=100, size=4096, poll=0.05,
+    return [Topic(rate=100, size=4096, poll=0.1,
                   cursors=tuple(Cursor(lag=0.25 * i) for i in range(20)))
             for _ in range(max(1, round(20 * scale)))]
 
@@ -115,7 +115,7 @@ def _mix(rng: Random, scale: float) -> list[Topic]:
             cursors = (Cursor(speed=20, from_backlog=True), Cursor(speed=10, from_backlog=True))
         else:
             cursors = (Cursor(key_shared=(4, rate / 4 * 0.7)),)
-        out.append(Topic(rate=rate, size=1024, cursors=cursors, poll=0.25,
+        out.append(Topic(rate=rate, size=1024, cursors=cursors, poll=0.5,
                          backlog=200 if kind >= 0.8 and kind < 0.9 else 0))
     return out
 
@@ -128,7 +128,7 @@ WORKLOADS: dict[str, Workload] = {w.name: w for w in (
              "are replayed", 30, _keyshared),
     Workload("fanout", "20 topics, 20 subscriptions each, 0-4.75 s behind the head", 30,
              _fanout),
-    Workload("mix", "10,000 topics of all four kinds at low rates", 20, _mix),
+    Workload("mix", "10,000 topics of all four kinds at low rates", 10, _mix),
 )}
 
 
