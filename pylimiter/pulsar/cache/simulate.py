@@ -141,7 +141,14 @@ def _replay_partition(rows):
         except Exception as exc:   # a failed point is a row, not a failed job
             res = {k: row.get(k) for k in ("workload", "policy", "cache_mb", "seed")}
             res["failure"] = "".join(traceback.format_exception_only(type(exc), exc)).strip()
-        yield tuple(res.get(name) for name, _ in RESULT_FIELDS)
+        yield _typed(res, RESULT_FIELDS)
+
+
+def _typed(res: dict, fields) -> tuple:
+    """A row in schema order with Python types Spark accepts for each field
+    (an int where a double is declared is a type error there)."""
+    conv = {"double": float, "long": int, "int": int, "string": str}
+    return tuple(None if res.get(n) is None else conv[k](res[n]) for n, k in fields)
 
 
 def _scan_partition(rows):
@@ -149,7 +156,7 @@ def _scan_partition(rows):
 
     for row in rows:
         for policy, ns in idle_pass_ns(row["topics"], row["policies"]).items():
-            yield (row["topics"], policy, ns)
+            yield _typed(dict(topics=row["topics"], policy=policy, ns_per_pass=ns), SCAN_FIELDS)
 
 
 def _schema(fields):
