@@ -74,13 +74,18 @@ def check_int(value, name: str) -> int:
     return int(value)
 
 
+def _byte_count(value, name: str, note: str = "") -> int:
+    """A byte count: an int in [0, 2**63)."""
+    n = check_int(value, name)
+    if n < 0:
+        raise ValueError(f"{name} must be >= 0{note}, got {n}")
+    if n > MAX_ID:
+        raise ValueError(f"{name} must be < 2**63, got {n}")
+    return n
+
+
 def check_size(size) -> int:
-    size = check_int(size, "size")
-    if size < 0:
-        raise ValueError(f"size must be >= 0, got {size}")
-    if size > MAX_ID:
-        raise ValueError(f"size must be < 2**63, got {size}")
-    return size
+    return _byte_count(size, "size")
 
 
 def check_expected_reads(n) -> int:
@@ -105,12 +110,7 @@ def check_max_requeue(n) -> int:
 
 
 def check_max_size(n) -> int:
-    n = check_int(n, "max_size_bytes")
-    if n < 0:
-        raise ValueError(f"max_size_bytes must be >= 0 (0 disables caching), got {n}")
-    if n > MAX_ID:
-        raise ValueError(f"max_size_bytes must be < 2**63, got {n}")
-    return n
+    return _byte_count(n, "max_size_bytes", " (0 disables caching)")
 
 
 def check_fraction(value, name: str) -> float:
