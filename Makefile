@@ -5,7 +5,8 @@ PY := $(VENV)/bin/python
 PURE_VENV ?= .venv-pure
 
 .PHONY: all venv build debug test test-c test-py test-pure test-pythons bench bench-micro asv java clean \
-	wheels check-wheels wheel-cp311 test-aarch64 model-check relacy proto cursor-sim cursor-bench
+	wheels check-wheels wheel-cp311 test-aarch64 model-check relacy proto \
+	cursor-sim cursor-bench cache-sim cache-bench
 
 all: build
 
@@ -138,6 +139,17 @@ cursor-sim: build java
 
 cursor-bench: build
 	$(PY) -m benchmarks.cursor_holes
+
+# The broker entry cache (PIP-430): the policy simulator's default sweep on
+# Spark local[*] -> reports/cache/index.html (CACHE_SIM_ARGS adds flags, e.g.
+# --scale 0.2 for a quick look), and the cache's speed and memory benchmarks
+# (benchmarks/README.md, "Broker entry cache").
+CACHE_SIM_ARGS ?=
+cache-sim: build java
+	$(PY) -m pylimiter.pulsar.cache simulate --out reports/cache $(CACHE_SIM_ARGS)
+
+cache-bench: build
+	$(PY) -m benchmarks.cache_bench
 
 # Regenerate the committed protobuf module from its .proto with the pinned
 # grpcio-tools (tests/pulsar/test_protocol_gencode.py checks they agree).

@@ -52,9 +52,19 @@ else:
         extra_link_args=ldflags,
         define_macros=macros,
     )
+    # The broker entry cache (pylimiter.pulsar.cache): its own core file and
+    # Cython module, independent of the limiter's.
+    cache_ext = Extension(
+        "pylimiter.pulsar.cache._cache_c",
+        sources=["pylimiter/pulsar/cache/_cache_c.pyx", "csrc/plim_cacheq.c"],
+        include_dirs=["csrc"],
+        extra_compile_args=cflags,
+        extra_link_args=ldflags,
+        define_macros=macros,
+    )
     setup(
         ext_modules=cythonize(
-            [ext],
+            [ext, cache_ext],
             compiler_directives={"language_level": "3", **directives},
         )
     )

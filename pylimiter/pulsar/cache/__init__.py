@@ -1,0 +1,39 @@
+"""The Pulsar broker entry cache (PIP-430): a global removal queue with
+expected-read-count eviction, per-topic entry caches, a memory-bounded read
+path on pylimiter's AsyncSemaphore, and (``python -m pylimiter.pulsar.cache
+simulate``) a PySpark simulator that compares eviction policies.
+
+``CacheEntry``, ``RemovalQueue``, ``EntryCacheManager`` and ``EntryCache``
+come from the C implementation (``_cache_c``, over csrc/plim_cacheq.c)
+unless ``PYLIMITER_NO_EXTENSIONS`` is set; ``_cache_py`` is the pure-Python
+twin with the same behaviour, always importable.  ``IMPLEMENTATION`` says
+which one is active.
+"""
+
+from typing import TYPE_CHECKING
+
+from ..._compat import USE_EXTENSIONS
+from ._common import SETTINGS, CacheStats
+
+if TYPE_CHECKING or not USE_EXTENSIONS:
+    from ._cache_py import CacheEntry, EntryCache, EntryCacheManager, RemovalQueue
+
+    IMPLEMENTATION = "python"
+else:
+    # No fallback: a missing or broken extension is an error, not a slowdown.
+    from ._cache_c import CacheEntry, EntryCache, EntryCacheManager, RemovalQueue
+
+    IMPLEMENTATION = "c"
+
+from .reader import EntryReader  # noqa: E402  (uses the classes above)
+
+__all__ = [
+    "CacheEntry",
+    "RemovalQueue",
+    "EntryCacheManager",
+    "EntryCache",
+    "CacheStats",
+    "EntryReader",
+    "SETTINGS",
+    "IMPLEMENTATION",
+]

@@ -1,0 +1,5 @@
+import sys
+
+from .simulate import cli
+
+sys.exit(cli())

@@ -1,0 +1,764 @@
+# cython: language_level=3, embedsignature=True
+"""C implementation of the broker entry cache: Cython bindings over
+csrc/plim_cacheq.c (the removal queue, its walks and the position index).
+
+The semantics are those of ``_cache_py``, the executable specification;
+the tests run every case against both.  Rules that keep this module sound:
+
+* The core never calls back into Python and never frees an entry: a walk or
+  an invalidation hands back the entries it took out on a "gone" chain, and
+  ``_release`` drops their payloads and references after the core call
+  returned, so Python code run by a payload's release sees a consistent cache.
+* A queue holds one reference to each entry linked in it; an index holds
+  borrowed pointers.  An EntryCache entry is in its index iff it is in the
+  manager's queue, and only the queue references it: it is freed when evicted.
+* A clock reading happens only between core calls: a walk that needs "now"
+  for a requeue stops before it (need_now), we read the clock and resume, so
+  the clock is read lazily exactly where the pure twin reads it.
+* EntryCache and EntryCacheManager are ``no_gc_clear``: when a cycle that
+  holds them is collected, a cache's ``__dealloc__`` still reaches the
+  manager's queue to take its entries out before freeing its index.
+
+Not thread-safe, as the pure twin: one thread (an asyncio loop) per manager.
+"""
+
+cimport cython
+from cpython.list cimport PyList_Append
+from cpython.long cimport PyLong_AsLongLongAndOverflow
+from cpython.ref cimport PyObject, Py_DECREF, Py_INCREF
+from cpython.tuple cimport PyTuple_GET_ITEM, PyTuple_GET_SIZE
+from libc.stdint cimport INT64_MIN, int64_t, uint32_t, uint64_t
+
+import time as _time
+
+from . import _common as contract
+from ._common import (
+    DEFAULT_EVICTION_TRIGGER,
+    DEFAULT_EVICTION_WATERMARK,
+    DEFAULT_MAX_REQUEUE,
+    DEFAULT_TIME_THRESHOLD_MS,
+    CacheStats,
+)
+
+__all__ = ["CacheEntry", "RemovalQueue", "EntryCache", "EntryCacheManager", "CacheStats"]
+
+cdef extern from "plim_cacheq.h":
+    unsigned PLIM_CQ_ACCESSED
+    unsigned PLIM_CQ_REMOVED
+    unsigned PLIM_CQ_TRACKED
+    unsigned PLIM_CQ_QUEUED
+    int64_t PLIM_CQ_NO_NOW
+    ctypedef struct plim_cq_index_t:
+        int64_t entries
+        int64_t bytes
+    ctypedef struct plim_cq_entry_t:
+        plim_cq_entry_t *prev
+        plim_cq_entry_t *next
+        plim_cq_index_t *owner
+        int64_t ledger
+        int64_t entry
+        int64_t size
+        int64_t timestamp_ns
+        int64_t expected_reads
+        uint32_t requeue_count
+        uint32_t flags
+    ctypedef struct plim_cq_t:
+        plim_cq_entry_t *head
+        plim_cq_entry_t *tail
+        int64_t entries
+        int64_t bytes
+        uint64_t requeues
+        uint64_t evicted_entries
+        uint64_t evicted_bytes
+        uint32_t max_requeue
+        int extend_ttl
+    ctypedef struct plim_cq_gone_t:
+        plim_cq_entry_t *first
+        plim_cq_entry_t *last
+        int64_t entries
+        int64_t bytes
+    void plim_cq_entry_init(plim_cq_entry_t *e, int64_t size, int64_t timestamp_ns,
+                            int64_t expected_reads)
+    void plim_cq_init(plim_cq_t *q, uint32_t max_requeue, int extend_ttl)
+    void plim_cq_push(plim_cq_t *q, plim_cq_entry_t *e)
+    void plim_cq_unlink(plim_cq_t *q, plim_cq_entry_t *e)
+    void plim_cq_evict_before(plim_cq_t *q, int64_t before_ns, int64_t now_ns,
+                              plim_cq_gone_t *gone, int *need_now)
+    void plim_cq_evict_size(plim_cq_t *q, int64_t size_to_free, int64_t now_ns,
+                            plim_cq_gone_t *gone, int *need_now)
+    void plim_cq_non_evictable(const plim_cq_t *q, int64_t *entries, int64_t *bytes)
+    void plim_cq_gone_init(plim_cq_gone_t *g)
+    void plim_cq_index_init(plim_cq_index_t *ix)
+    void plim_cq_index_free(plim_cq_index_t *ix)
+    plim_cq_entry_t *plim_cq_index_get(plim_cq_index_t *ix, int64_t ledger, int64_t entry)
+    int plim_cq_index_put(plim_cq_index_t *ix, plim_cq_entry_t *e, int64_t ledger,
+                          int64_t entry)
+    void plim_cq_index_remove(plim_cq_entry_t *e)
+    void plim_cq_index_range(plim_cq_index_t *ix, int64_t l1, int64_t e1, int64_t l2,
+                             int64_t e2, void (*fn)(plim_cq_entry_t *, void *) noexcept,
+                             void *arg)
+    void plim_cq_index_drop_upto(plim_cq_index_t *ix, plim_cq_t *q, int64_t ledger,
+                                 int64_t entry, plim_cq_gone_t *gone)
+
+cdef extern from "Python.h":
+    ctypedef struct Py_buffer:
+        Py_ssize_t len
+    Py_buffer *PyMemoryView_GET_BUFFER(object mview)
+    Py_ssize_t PyBytes_GET_SIZE(object o)
+    object PyObject_CallNoArgs(object callable)
+
+# Entries made by an EntryCache have their position as key, kept as two
+# int64 in the core entry instead of a tuple object (memory per entry).
+cdef object _POSITION_KEY = object()
+cdef int64_t MAX_ID = (1 << 63) - 1
+
+
+# ---- small helpers ----------------------------------------------------------------
+
+
+cdef inline int64_t _read_clock(object clock) except? -1:
+    now = PyObject_CallNoArgs(clock)
+    if type(now) is not int:
+        raise contract.clock_error(now)
+    try:
+        return <int64_t>now
+    except OverflowError:
+        raise contract.clock_error(now) from None
+
+
+cdef inline int _parse_pos(object position, int64_t *ledger, int64_t *entry,
+                           bint bound) except -1:
+    """(ledger_id, entry_id) -> two int64; ids >= 0 unless `bound`."""
+    cdef int overflow = 0
+    cdef int overflow2 = 0
+    cdef PyObject *a
+    cdef PyObject *b
+    if type(position) is tuple and PyTuple_GET_SIZE(position) == 2:
+        a = PyTuple_GET_ITEM(position, 0)
+        b = PyTuple_GET_ITEM(position, 1)
+        if type(<object>a) is int and type(<object>b) is int:
+            ledger[0] = PyLong_AsLongLongAndOverflow(<object>a, &overflow)
+            entry[0] = PyLong_AsLongLongAndOverflow(<object>b, &overflow2)
+            if not overflow and not overflow2 and (bound or (ledger[0] >= 0 and entry[0] >= 0)):
+                return 0
+    if bound:
+        contract.check_bound(position)
+    contract.check_position(position)
+    raise AssertionError("unreachable")
+
+
+cdef inline int64_t _data_size(object data) except -1:
+    if type(data) is bytes:
+        return PyBytes_GET_SIZE(data)
+    if type(data) is memoryview:
+        return PyMemoryView_GET_BUFFER(data).len
+    raise contract.data_error(data)
+
+
+cdef Py_ssize_t ENTRY_OFFSET = 0   # offset of CacheEntry.e in the object, set below
+
+
+cdef inline CacheEntry _obj(plim_cq_entry_t *e):
+    return <CacheEntry>(<PyObject *>(<char *>e - ENTRY_OFFSET))
+
+
+cdef void _release(plim_cq_gone_t *gone):
+    """Drop the payloads and the queue's references of entries taken out by a
+    core call, after the call (see the module notes)."""
+    cdef plim_cq_entry_t *e = gone.first
+    cdef plim_cq_entry_t *nxt
+    cdef CacheEntry obj
+    gone.first = gone.last = NULL
+    while e != NULL:
+        nxt = e.next
+        e.next = NULL
+        obj = _obj(e)
+        obj._data = None
+        Py_DECREF(obj)   # the queue's reference; `obj` still holds one here
+        e = nxt
+
+
+# ---- CacheEntry --------------------------------------------------------------------
+
+
+@cython.final
+cdef class CacheEntry:
+    """CacheEntry is one cached entry as the removal queue sees it.
+
+    ``expected_reads <= 0`` means the entry has no read-count tracking
+    (Pulsar's ``EntryReadCountHandlerImpl.maybeCreate`` returns null):
+    ``expected_reads`` is then None and ``mark_read``/``add_expected_read``
+    do nothing.  ``timestamp_ns`` defaults to ``time.monotonic_ns()``;
+    entries made by an EntryCache are stamped with their manager's clock.
+    """
+
+    # `e` must stay the first field: _obj() finds the object from it.
+    cdef plim_cq_entry_t e
+    cdef object _key
+    cdef object _data
+
+    def __init__(self, key, size, *, expected_reads=0, timestamp_ns=None):
+        hash(key)
+        cdef int64_t sz = contract.check_size(size)
+        cdef int64_t n = contract.check_expected_reads(expected_reads)
+        cdef int64_t ts
+        if timestamp_ns is None:
+            ts = _time.monotonic_ns()
+        else:
+            ts = contract.check_timestamp(timestamp_ns)
+        if self.e.flags & (PLIM_CQ_QUEUED | PLIM_CQ_REMOVED):
+            raise RuntimeError("CacheEntry.__init__ called again on a used entry")
+        plim_cq_entry_init(&self.e, sz, ts, n)
+        self._key = key
+
+    @property
+    def key(self):
+        """The key (the position for entries made by an EntryCache)."""
+        if self._key is _POSITION_KEY:
+            return (self.e.ledger, self.e.entry)
+        return self._key
+
+    @property
+    def size(self):
+        """Bytes this entry accounts for."""
+        return self.e.size
+
+    @property
+    def timestamp_ns(self):
+        """Creation time, reset to the queue clock's now by every requeue."""
+        return self.e.timestamp_ns
+
+    @property
+    def accessed(self):
+        """Set by a cache hit (get, get_range, EntryReader); cleared by a
+        requeue."""
+        return bool(self.e.flags & PLIM_CQ_ACCESSED)
+
+    @accessed.setter
+    def accessed(self, value):
+        if value:
+            self.e.flags |= PLIM_CQ_ACCESSED
+        else:
+            self.e.flags &= ~PLIM_CQ_ACCESSED
+
+    @property
+    def removed(self):
+        """True once a removal queue evicted it or its cache invalidated it."""
+        return bool(self.e.flags & PLIM_CQ_REMOVED)
+
+    @property
+    def requeue_count(self):
+        """Requeues by either walk; never reset."""
+        return self.e.requeue_count
+
+    @property
+    def expected_reads(self):
+        """Reads still expected (may be negative: Pulsar has no floor), or
+        None when the entry has no read-count tracking."""
+        if self.e.flags & PLIM_CQ_TRACKED:
+            return self.e.expected_reads
+        return None
+
+    @property
+    def has_expected_reads(self):
+        """Tracked and expected_reads > 0."""
+        return bool(self.e.flags & PLIM_CQ_TRACKED) and self.e.expected_reads > 0
+
+    def mark_read(self):
+        """One expected read happened (the entry was delivered once)."""
+        if self.e.flags & PLIM_CQ_TRACKED:
+            self.e.expected_reads -= 1
+
+    def add_expected_read(self):
+        """One more read is expected (the entry went on a replay queue)."""
+        if self.e.flags & PLIM_CQ_TRACKED:
+            self.e.expected_reads += 1
+
+    def __repr__(self):
+        state = " removed" if self.e.flags & PLIM_CQ_REMOVED else ""
+        return (f"<CacheEntry key={self.key!r} size={self.e.size} "
+                f"expected_reads={self.expected_reads} requeues={self.e.requeue_count}{state}>")
+
+
+cdef Py_ssize_t _entry_offset():
+    cdef CacheEntry probe = CacheEntry.__new__(CacheEntry)
+    return <char *>&probe.e - <char *><PyObject *>probe
+
+
+ENTRY_OFFSET = _entry_offset()
+
+
+# ---- RemovalQueue ------------------------------------------------------------------
+
+
+@cython.final
+cdef class RemovalQueue:
+    """RemovalQueue holds entries in global insertion order (head first) and
+    evicts from the head, PIP-430's ``RangeCacheRemovalQueue``.
+
+    An entry met by a walk is requeued (moved to the tail, timestamp reset
+    to the clock's now, ``accessed`` cleared, ``requeue_count`` + 1) when
+    ``(extend_ttl_of_recently_accessed and entry.accessed)`` or
+    ``(entry.has_expected_reads and entry.requeue_count <
+    max_requeue_count_when_expected_reads)``, else removed.  Removing an
+    entry removes it from the EntryCache that owns it and sets ``removed``.
+    """
+
+    cdef plim_cq_t q
+    cdef object _clock
+
+    def __cinit__(self):
+        plim_cq_init(&self.q, DEFAULT_MAX_REQUEUE, 1)
+        self._clock = _time.monotonic_ns
+
+    def __init__(self, max_requeue_count_when_expected_reads=DEFAULT_MAX_REQUEUE,
+                 extend_ttl_of_recently_accessed=True, *, clock=_time.monotonic_ns):
+        self.q.max_requeue = contract.check_max_requeue(max_requeue_count_when_expected_reads)
+        self.q.extend_ttl = 1 if extend_ttl_of_recently_accessed else 0
+        self._clock = contract.check_clock(clock)
+
+    def __dealloc__(self):
+        # Detach what is left; an entry still in an EntryCache (only when a
+        # collected cycle freed the manager first) leaves that index too.
+        cdef plim_cq_entry_t *e
+        while self.q.head != NULL:
+            e = self.q.head
+            plim_cq_unlink(&self.q, e)
+            if e.owner != NULL:
+                plim_cq_index_remove(e)
+                e.flags |= PLIM_CQ_REMOVED
+                _obj(e)._data = None
+            Py_DECREF(_obj(e))
+
+    @property
+    def max_requeue_count_when_expected_reads(self):
+        """managedLedgerCacheEvictionExtendTTLOfEntriesWithRemainingExpectedReadsMaxTimes."""
+        return self.q.max_requeue
+
+    @max_requeue_count_when_expected_reads.setter
+    def max_requeue_count_when_expected_reads(self, value):
+        self.q.max_requeue = contract.check_max_requeue(value)
+
+    @property
+    def extend_ttl_of_recently_accessed(self):
+        """managedLedgerCacheEvictionExtendTTLOfRecentlyAccessed."""
+        return bool(self.q.extend_ttl)
+
+    @extend_ttl_of_recently_accessed.setter
+    def extend_ttl_of_recently_accessed(self, value):
+        self.q.extend_ttl = 1 if value else 0
+
+    def add(self, entry):
+        """Append ``entry`` at the tail.  An entry that is queued already
+        (here or elsewhere) or was removed is a ValueError."""
+        if type(entry) is not CacheEntry:
+            raise TypeError(f"expected a CacheEntry, not {type(entry).__name__}")
+        cdef CacheEntry ce = <CacheEntry>entry
+        if ce.e.flags & PLIM_CQ_REMOVED:
+            raise contract.removed_error()
+        if ce.e.flags & PLIM_CQ_QUEUED:
+            raise contract.already_queued_error()
+        Py_INCREF(ce)
+        plim_cq_push(&self.q, &ce.e)
+
+    def is_empty(self):
+        """True when no entry is queued."""
+        return self.q.head == NULL
+
+    def __len__(self):
+        return self.q.entries
+
+    def __iter__(self):
+        """The queued entries, head (next to be walked) first; a snapshot."""
+        out = []
+        cdef plim_cq_entry_t *e = self.q.head
+        while e != NULL:
+            out.append(_obj(e))
+            e = e.next
+        return iter(out)
+
+    @property
+    def size(self):
+        """Bytes of the queued entries."""
+        return self.q.bytes
+
+    def non_evictable(self):
+        """(entries, bytes) of the queued entries with has_expected_reads."""
+        cdef int64_t n, b
+        plim_cq_non_evictable(&self.q, &n, &b)
+        return n, b
+
+    def evict_before(self, timestamp_ns):
+        """Walk from the head over entries older than ``timestamp_ns``,
+        requeueing or removing each by the rule; the first entry that is not
+        older stops the walk.  Returns (entries removed, bytes removed)."""
+        return self._walk_before(contract.check_timestamp(timestamp_ns))
+
+    def evict_least_accessed(self, size_to_free):
+        """Walk from the head, requeueing or removing each entry by the rule,
+        cycling past the tail as often as needed, until the bytes removed
+        reach ``size_to_free`` (> 0, else ValueError) or the queue is empty.
+        Returns (entries removed, bytes removed)."""
+        v = contract.check_size_to_free(size_to_free)
+        return self._walk_size(v if v <= MAX_ID else MAX_ID)
+
+    cdef tuple _walk_before(self, int64_t before):
+        return self._walk(True, before)
+
+    cdef tuple _walk_size(self, int64_t size_to_free):
+        return self._walk(False, size_to_free)
+
+    cdef tuple _walk(self, bint by_time, int64_t limit):
+        """One walk; a requeue that needs "now" stops the core call, we read
+        the clock once, and the walk resumes where it stopped."""
+        cdef plim_cq_gone_t gone
+        cdef int need_now = 0
+        cdef int64_t now = PLIM_CQ_NO_NOW
+        plim_cq_gone_init(&gone)
+        try:
+            while True:
+                if by_time:
+                    plim_cq_evict_before(&self.q, limit, now, &gone, &need_now)
+                else:
+                    plim_cq_evict_size(&self.q, limit, now, &gone, &need_now)
+                if not need_now:
+                    break
+                now = _read_clock(self._clock)
+        finally:
+            _release(&gone)
+        return gone.entries, gone.bytes
+
+    def __repr__(self):
+        return (f"<RemovalQueue entries={self.q.entries} bytes={self.q.bytes} "
+                f"max_requeue={self.q.max_requeue} extend_ttl={bool(self.q.extend_ttl)}>")
+
+
+# ---- EntryCache --------------------------------------------------------------------
+
+
+cdef struct _RangeArg:
+    PyObject *out
+    int failed
+
+
+cdef void _collect(plim_cq_entry_t *e, void *arg) noexcept:
+    cdef _RangeArg *ra = <_RangeArg *>arg
+    if ra.failed:
+        return
+    e.flags |= PLIM_CQ_ACCESSED
+    try:
+        PyList_Append(<list>ra.out, _obj(e)._data)
+    except BaseException:
+        ra.failed = 1
+
+
+@cython.final
+@cython.no_gc_clear
+cdef class EntryCache:
+    """EntryCache holds one topic's (managed ledger's) entries by position,
+    ``RangeEntryCacheImpl``; made by ``EntryCacheManager.cache(name)``.
+
+    Positions are ``(ledger_id, entry_id)`` tuples of ints in [0, 2**63),
+    ordered lexicographically.  Every cached entry is also in the manager's
+    removal queue, which evicts it; a cache hit marks it accessed.
+    """
+
+    cdef plim_cq_index_t ix
+    cdef str _name
+    cdef EntryCacheManager _manager
+
+    def __cinit__(self):
+        plim_cq_index_init(&self.ix)
+
+    def __init__(self, *args, **kwargs):
+        raise TypeError("EntryCache objects are made by EntryCacheManager.cache(name)")
+
+    def __dealloc__(self):
+        cdef plim_cq_gone_t gone
+        if self.ix.entries and self._manager is not None and self._manager._queue is not None:
+            plim_cq_gone_init(&gone)
+            plim_cq_index_drop_upto(&self.ix, &self._manager._queue.q, MAX_ID, MAX_ID, &gone)
+            _release(&gone)
+        plim_cq_index_free(&self.ix)
+
+    @property
+    def name(self):
+        """The topic (managed ledger) name."""
+        return self._name
+
+    @property
+    def manager(self):
+        """The manager whose queue and limits this cache uses."""
+        return self._manager
+
+    @property
+    def size(self):
+        """Bytes cached here."""
+        return self.ix.bytes
+
+    def __len__(self):
+        return self.ix.entries
+
+    def __contains__(self, position):
+        cdef int64_t l, e
+        _parse_pos(position, &l, &e, False)
+        return plim_cq_index_get(&self.ix, l, e) != NULL
+
+    def insert(self, position, data, *, expected_reads=0):
+        """Cache ``data`` at ``position`` with ``expected_reads`` (<= 0: no
+        read-count tracking).  False when the position is cached already or
+        caching is disabled (max_size_bytes == 0).  If the manager is then
+        above its trigger it evicts to the watermark before returning (True
+        even if this entry was evicted)."""
+        cdef int64_t l, e, size, n
+        _parse_pos(position, &l, &e, False)
+        size = _data_size(data)
+        if type(expected_reads) is int and -2147483648 <= expected_reads < 2147483648:
+            n = expected_reads
+        else:
+            n = contract.check_expected_reads(expected_reads)
+        cdef EntryCacheManager m = self._manager
+        if m._max == 0 or plim_cq_index_get(&self.ix, l, e) != NULL:
+            return False
+        cdef int64_t now = _read_clock(m._clock)
+        cdef CacheEntry ce = CacheEntry.__new__(CacheEntry)
+        plim_cq_entry_init(&ce.e, size, now, n)
+        if plim_cq_index_put(&self.ix, &ce.e, l, e) < 0:
+            raise MemoryError()
+        ce._key = _POSITION_KEY
+        ce._data = data
+        cdef RemovalQueue q = m._queue
+        Py_INCREF(ce)
+        plim_cq_push(&q.q, &ce.e)
+        m._inserts += 1
+        m._inserted_bytes += size
+        if q.q.bytes > m._trigger_bytes:
+            m._evict_to_watermark()
+        return True
+
+    def get(self, position):
+        """The cached data, or None.  A hit marks the entry accessed; each
+        call counts one hit or one miss."""
+        cdef int64_t l, e
+        _parse_pos(position, &l, &e, False)
+        cdef plim_cq_entry_t *ent = plim_cq_index_get(&self.ix, l, e)
+        if ent == NULL:
+            self._manager._misses += 1
+            return None
+        ent.flags |= PLIM_CQ_ACCESSED
+        self._manager._hits += 1
+        return _obj(ent)._data
+
+    def get_range(self, first, last):
+        """The data of the cached entries with first <= position <= last, in
+        position order (uncached positions are absent); marks them accessed,
+        as Pulsar's getRange does, and changes no counter."""
+        cdef int64_t l1, e1, l2, e2
+        _parse_pos(first, &l1, &e1, True)
+        _parse_pos(last, &l2, &e2, True)
+        out = []
+        cdef _RangeArg ra
+        ra.out = <PyObject *>out
+        ra.failed = 0
+        plim_cq_index_range(&self.ix, l1, e1, l2, e2, _collect, &ra)
+        if ra.failed:
+            raise MemoryError()
+        return out
+
+    def mark_read(self, position):
+        """The entry at ``position`` was delivered once (no-op if not cached)."""
+        cdef int64_t l, e
+        _parse_pos(position, &l, &e, False)
+        cdef plim_cq_entry_t *ent = plim_cq_index_get(&self.ix, l, e)
+        if ent != NULL and ent.flags & PLIM_CQ_TRACKED:
+            ent.expected_reads -= 1
+
+    def add_expected_read(self, position):
+        """The entry at ``position`` went on a replay queue (no-op if not
+        cached)."""
+        cdef int64_t l, e
+        _parse_pos(position, &l, &e, False)
+        cdef plim_cq_entry_t *ent = plim_cq_index_get(&self.ix, l, e)
+        if ent != NULL and ent.flags & PLIM_CQ_TRACKED:
+            ent.expected_reads += 1
+
+    def invalidate_up_to(self, position):
+        """Drop every entry at or before ``position`` (the mark-delete moved
+        past it).  Returns (entries, bytes); not counted as evictions."""
+        cdef int64_t l, e
+        _parse_pos(position, &l, &e, True)
+        return self._drop(l, e)
+
+    def clear(self):
+        """Drop every entry.  Returns (entries, bytes)."""
+        return self._drop(MAX_ID, MAX_ID)
+
+    cdef tuple _drop(self, int64_t l, int64_t e):
+        cdef plim_cq_gone_t gone
+        plim_cq_gone_init(&gone)
+        plim_cq_index_drop_upto(&self.ix, &self._manager._queue.q, l, e, &gone)
+        _release(&gone)
+        return gone.entries, gone.bytes
+
+    def __repr__(self):
+        return f"<EntryCache {self._name!r} entries={self.ix.entries} bytes={self.ix.bytes}>"
+
+
+# ---- EntryCacheManager -------------------------------------------------------------
+
+
+@cython.final
+@cython.no_gc_clear
+cdef class EntryCacheManager:
+    """EntryCacheManager bounds the entry caches of one broker
+    (``RangeEntryCacheManagerImpl``) with one global RemovalQueue.
+
+    ``max_size_bytes`` is managedLedgerCacheSizeMB in bytes (0 disables
+    caching; negative is a ValueError).  Size eviction starts when the size
+    exceeds ``floor(max * eviction_trigger)`` and frees down to
+    ``floor(max * eviction_watermark)`` (managedLedgerCacheEvictionWatermark);
+    ``time_threshold_ms`` is managedLedgerCacheEvictionTimeThresholdMillis;
+    the requeue settings are PIP-430's
+    managedLedgerCacheEvictionExtendTTLOfEntriesWithRemainingExpectedReadsMaxTimes
+    and managedLedgerCacheEvictionExtendTTLOfRecentlyAccessed (inserting
+    with ``expected_reads=0`` everywhere is cacheEvictionByExpectedReadCount
+    off).  ``clock`` returns int nanoseconds and stamps every entry.
+
+    The library has no scheduler: call ``run_eviction()`` every
+    managedLedgerCacheEvictionIntervalMs (10 ms in Pulsar).
+    """
+
+    cdef int64_t _max
+    cdef double _watermark, _trigger
+    cdef int64_t _trigger_bytes, _watermark_bytes, _threshold_ns
+    cdef object _time_threshold_ms
+    cdef object _clock
+    cdef RemovalQueue _queue
+    cdef dict _caches
+    cdef int64_t _hits, _misses, _inserts, _inserted_bytes
+
+    def __init__(self, max_size_bytes, *, eviction_watermark=DEFAULT_EVICTION_WATERMARK,
+                 eviction_trigger=DEFAULT_EVICTION_TRIGGER,
+                 time_threshold_ms=DEFAULT_TIME_THRESHOLD_MS,
+                 max_requeue_count_when_expected_reads=DEFAULT_MAX_REQUEUE,
+                 extend_ttl_of_recently_accessed=True, clock=_time.monotonic_ns):
+        self._max = contract.check_max_size(max_size_bytes)
+        self._watermark, self._trigger = contract.check_thresholds(eviction_watermark,
+                                                                   eviction_trigger)
+        self._threshold_ns = contract.check_time_threshold_ms(time_threshold_ms)
+        self._time_threshold_ms = time_threshold_ms
+        self._clock = contract.check_clock(clock)
+        self._queue = RemovalQueue(max_requeue_count_when_expected_reads,
+                                   extend_ttl_of_recently_accessed, clock=clock)
+        self._caches = {}
+        self._recompute()
+
+    cdef void _recompute(self):
+        # Same arithmetic as the twin: int(float(max) * fraction).
+        self._trigger_bytes = <int64_t>(<double>self._max * self._trigger)
+        self._watermark_bytes = <int64_t>(<double>self._max * self._watermark)
+
+    @property
+    def max_size_bytes(self):
+        """The limit.  Setting it only recomputes the thresholds (the next
+        insert or pass evicts); 0 disables caching and the next pass empties
+        the cache."""
+        return self._max
+
+    @max_size_bytes.setter
+    def max_size_bytes(self, value):
+        self._max = contract.check_max_size(value)
+        self._recompute()
+
+    @property
+    def eviction_watermark(self):
+        """Size eviction frees down to this fraction of max_size_bytes."""
+        return self._watermark
+
+    @property
+    def eviction_trigger(self):
+        """Size eviction starts above this fraction of max_size_bytes."""
+        return self._trigger
+
+    @property
+    def time_threshold_ms(self):
+        """Entries older than this are expired by run_eviction (unless
+        requeued)."""
+        return self._time_threshold_ms
+
+    @property
+    def max_requeue_count_when_expected_reads(self):
+        """The queue's requeue limit for entries with expected reads."""
+        return self._queue.max_requeue_count_when_expected_reads
+
+    @max_requeue_count_when_expected_reads.setter
+    def max_requeue_count_when_expected_reads(self, value):
+        self._queue.max_requeue_count_when_expected_reads = value
+
+    @property
+    def extend_ttl_of_recently_accessed(self):
+        """Whether the queue requeues entries accessed since the last walk."""
+        return self._queue.extend_ttl_of_recently_accessed
+
+    @extend_ttl_of_recently_accessed.setter
+    def extend_ttl_of_recently_accessed(self, value):
+        self._queue.extend_ttl_of_recently_accessed = value
+
+    def cache(self, name):
+        """The EntryCache of topic ``name``, created on first use."""
+        c = self._caches.get(name)
+        if c is None:
+            if type(name) is not str:
+                raise contract.cache_name_error(name)
+            c = EntryCache.__new__(EntryCache)
+            (<EntryCache>c)._name = name
+            (<EntryCache>c)._manager = self
+            self._caches[name] = c
+        return c
+
+    @property
+    def size(self):
+        """Bytes cached in all caches."""
+        return self._queue.q.bytes
+
+    @property
+    def average_entry_size(self):
+        """Mean size (floor) of the entries inserted so far, None before any."""
+        return self._inserted_bytes // self._inserts if self._inserts else None
+
+    def non_evictable(self):
+        """(entries, bytes) cached with remaining expected reads."""
+        return self._queue.non_evictable()
+
+    def stats(self):
+        """A snapshot of the counters and gauges."""
+        cdef plim_cq_t *q = &self._queue.q
+        return CacheStats(self._hits, self._misses, self._inserts, q.evicted_entries,
+                          q.evicted_bytes, q.requeues, q.bytes, q.entries)
+
+    def run_eviction(self):
+        """One periodic pass: ``evict_before(clock() - time_threshold)``,
+        then, when the size is above the trigger, ``evict_least_accessed``
+        down to the watermark.  Returns the (entries, bytes) of both steps."""
+        cdef int64_t now = _read_clock(self._clock)
+        cdef int64_t before
+        if now < INT64_MIN + self._threshold_ns:
+            before = INT64_MIN
+        else:
+            before = now - self._threshold_ns
+        n, b = self._queue._walk_before(before)
+        if self._queue.q.bytes > self._trigger_bytes:
+            n2, b2 = self._evict_to_watermark()
+            n += n2
+            b += b2
+        return n, b
+
+    cdef tuple _evict_to_watermark(self):
+        cdef int64_t free = self._queue.q.bytes - self._watermark_bytes
+        if free <= 0:
+            return 0, 0
+        return self._queue._walk_size(free)
+
+    def __repr__(self):
+        return (f"<EntryCacheManager max={self._max} size={self._queue.q.bytes} "
+                f"entries={self._queue.q.entries} caches={len(self._caches)}>")

@@ -1,0 +1,609 @@
+"""Pure-Python implementation of the broker entry cache (PIP-430): the
+executable specification that the C implementation (``_cache_c``) is tested
+against, with the same classes, methods, errors and results.
+
+Structures: the removal queue is an OrderedDict used as an insertion-ordered
+set of entries (head first), so an entry moves to the tail or leaves from
+the middle in O(1); an EntryCache is a dict from position to entry plus a
+sorted list of its positions for range reads and invalidation.
+
+Entries removed by invalidation or ``clear()`` leave the queue at once.
+Pulsar leaves them in its lock-free queue until a walk reaches them and then
+drops them; either way they never stop a walk and never count toward
+``size_to_free`` or a walk's totals, which is all the rule asks.
+
+Not thread-safe: use a manager, its caches and queues from one thread (an
+asyncio loop's), as the simulator and EntryReader do.
+"""
+
+from __future__ import annotations
+
+import time
+from bisect import bisect_left, bisect_right, insort
+from collections import OrderedDict
+from typing import Callable, Hashable, Iterator, Optional, Union
+
+from ._common import (
+    DEFAULT_EVICTION_TRIGGER,
+    DEFAULT_EVICTION_WATERMARK,
+    DEFAULT_MAX_REQUEUE,
+    DEFAULT_TIME_THRESHOLD_MS,
+    MIN_I64,
+    CacheStats,
+    already_queued_error,
+    cache_name_error,
+    check_bound,
+    check_clock,
+    check_expected_reads,
+    check_max_requeue,
+    check_max_size,
+    check_position,
+    check_size,
+    check_size_to_free,
+    check_thresholds,
+    check_time_threshold_ms,
+    check_timestamp,
+    clock_error,
+    data_size,
+    removed_error,
+)
+
+__all__ = ["CacheEntry", "RemovalQueue", "EntryCache", "EntryCacheManager", "CacheStats"]
+
+Data = Union[bytes, memoryview]
+
+
+def _now(clock) -> int:
+    now = clock()
+    if type(now) is not int:
+        raise clock_error(now)
+    return now
+
+
+class CacheEntry:
+    """CacheEntry is one cached entry as the removal queue sees it.
+
+    ``expected_reads <= 0`` means the entry has no read-count tracking
+    (Pulsar's ``EntryReadCountHandlerImpl.maybeCreate`` returns null):
+    ``expected_reads`` is then None and ``mark_read``/``add_expected_read``
+    do nothing.  ``timestamp_ns`` defaults to ``time.monotonic_ns()``;
+    entries made by an EntryCache are stamped with their manager's clock.
+    """
+
+    __slots__ = ("_key", "_size", "_ts", "_accessed", "_removed", "_requeues", "_reads",
+                 "_tracked", "_owner", "_data", "_queue")
+
+    def __init__(self, key: Hashable, size: int, *, expected_reads: int = 0,
+                 timestamp_ns: Optional[int] = None):
+        hash(key)  # an unhashable key is a TypeError here, not later
+        self._key = key
+        self._size = check_size(size)
+        n = check_expected_reads(expected_reads)
+        self._ts = time.monotonic_ns() if timestamp_ns is None else check_timestamp(timestamp_ns)
+        self._tracked = n > 0
+        self._reads = n if n > 0 else 0
+        self._accessed = False
+        self._removed = False
+        self._requeues = 0
+        self._owner: Optional[EntryCache] = None
+        self._data: Optional[Data] = None
+        self._queue: Optional[RemovalQueue] = None
+
+    @property
+    def key(self) -> Hashable:
+        """The key (the position for entries made by an EntryCache)."""
+        return self._key
+
+    @property
+    def size(self) -> int:
+        """Bytes this entry accounts for."""
+        return self._size
+
+    @property
+    def timestamp_ns(self) -> int:
+        """Creation time, reset to the queue clock's now by every requeue."""
+        return self._ts
+
+    @property
+    def accessed(self) -> bool:
+        """Set by a cache hit (get, get_range, EntryReader); cleared by a
+        requeue."""
+        return self._accessed
+
+    @accessed.setter
+    def accessed(self, value: bool) -> None:
+        self._accessed = bool(value)
+
+    @property
+    def removed(self) -> bool:
+        """True once a removal queue evicted it or its cache invalidated it."""
+        return self._removed
+
+    @property
+    def requeue_count(self) -> int:
+        """Requeues by either walk; never reset."""
+        return self._requeues
+
+    @property
+    def expected_reads(self) -> Optional[int]:
+        """Reads still expected (may be negative: Pulsar has no floor), or
+        None when the entry has no read-count tracking."""
+        return self._reads if self._tracked else None
+
+    @property
+    def has_expected_reads(self) -> bool:
+        """Tracked and expected_reads > 0."""
+        return self._tracked and self._reads > 0
+
+    def mark_read(self) -> None:
+        """One expected read happened (the entry was delivered once)."""
+        if self._tracked:
+            self._reads -= 1
+
+    def add_expected_read(self) -> None:
+        """One more read is expected (the entry went on a replay queue)."""
+        if self._tracked:
+            self._reads += 1
+
+    def __repr__(self) -> str:
+        state = " removed" if self._removed else ""
+        return (f"<CacheEntry key={self._key!r} size={self._size} "
+                f"expected_reads={self.expected_reads} requeues={self._requeues}{state}>")
+
+
+class RemovalQueue:
+    """RemovalQueue holds entries in global insertion order (head first) and
+    evicts from the head, PIP-430's ``RangeCacheRemovalQueue``.
+
+    An entry met by a walk is requeued (moved to the tail, timestamp reset
+    to the clock's now, ``accessed`` cleared, ``requeue_count`` + 1) when
+    ``(extend_ttl_of_recently_accessed and entry.accessed)`` or
+    ``(entry.has_expected_reads and entry.requeue_count <
+    max_requeue_count_when_expected_reads)``, else removed.  Removing an
+    entry removes it from the EntryCache that owns it and sets ``removed``.
+    """
+
+    __slots__ = ("_order", "_bytes", "_max_requeue", "_extend", "_clock", "_requeues",
+                 "_evicted_entries", "_evicted_bytes")
+
+    def __init__(self, max_requeue_count_when_expected_reads: int = DEFAULT_MAX_REQUEUE,
+                 extend_ttl_of_recently_accessed: bool = True, *,
+                 clock: Callable[[], int] = time.monotonic_ns):
+        self._max_requeue = check_max_requeue(max_requeue_count_when_expected_reads)
+        self._extend = bool(extend_ttl_of_recently_accessed)
+        self._clock = check_clock(clock)
+        self._order: OrderedDict[CacheEntry, None] = OrderedDict()
+        self._bytes = 0
+        self._requeues = 0
+        self._evicted_entries = 0
+        self._evicted_bytes = 0
+
+    # ---- settings (PIP-430's are dynamic) ------------------------------------
+
+    @property
+    def max_requeue_count_when_expected_reads(self) -> int:
+        """managedLedgerCacheEvictionExtendTTLOfEntriesWithRemainingExpectedReadsMaxTimes."""
+        return self._max_requeue
+
+    @max_requeue_count_when_expected_reads.setter
+    def max_requeue_count_when_expected_reads(self, value: int) -> None:
+        self._max_requeue = check_max_requeue(value)
+
+    @property
+    def extend_ttl_of_recently_accessed(self) -> bool:
+        """managedLedgerCacheEvictionExtendTTLOfRecentlyAccessed."""
+        return self._extend
+
+    @extend_ttl_of_recently_accessed.setter
+    def extend_ttl_of_recently_accessed(self, value: bool) -> None:
+        self._extend = bool(value)
+
+    # ---- contents ------------------------------------------------------------
+
+    def add(self, entry: CacheEntry) -> None:
+        """Append ``entry`` at the tail.  An entry that is queued already
+        (here or elsewhere) or was removed is a ValueError."""
+        if type(entry) is not CacheEntry:
+            raise TypeError(f"expected a CacheEntry, not {type(entry).__name__}")
+        if entry._removed:
+            raise removed_error()
+        if entry._queue is not None:
+            raise already_queued_error()
+        entry._queue = self
+        self._order[entry] = None
+        self._bytes += entry._size
+
+    def is_empty(self) -> bool:
+        """True when no entry is queued."""
+        return not self._order
+
+    def __len__(self) -> int:
+        return len(self._order)
+
+    def __iter__(self) -> Iterator[CacheEntry]:
+        """The queued entries, head (next to be walked) first; a snapshot."""
+        return iter(list(self._order))
+
+    @property
+    def size(self) -> int:
+        """Bytes of the queued entries."""
+        return self._bytes
+
+    def non_evictable(self) -> tuple[int, int]:
+        """(entries, bytes) of the queued entries with has_expected_reads."""
+        n = b = 0
+        for e in self._order:
+            if e._tracked and e._reads > 0:
+                n += 1
+                b += e._size
+        return n, b
+
+    # ---- walks ---------------------------------------------------------------
+
+    def evict_before(self, timestamp_ns: int) -> tuple[int, int]:
+        """Walk from the head over entries older than ``timestamp_ns``,
+        requeueing or removing each by the rule; the first entry that is not
+        older stops the walk.  Returns (entries removed, bytes removed)."""
+        before = check_timestamp(timestamp_ns)
+        return self._walk(before, 0)
+
+    def evict_least_accessed(self, size_to_free: int) -> tuple[int, int]:
+        """Walk from the head, requeueing or removing each entry by the rule,
+        cycling past the tail as often as needed, until the bytes removed
+        reach ``size_to_free`` (> 0, else ValueError) or the queue is empty.
+        Returns (entries removed, bytes removed)."""
+        return self._walk(None, check_size_to_free(size_to_free))
+
+    def _walk(self, before: Optional[int], size_to_free: int) -> tuple[int, int]:
+        order = self._order
+        n = b = 0
+        now = None
+        max_requeue, extend = self._max_requeue, self._extend
+        # Each requeue clears `accessed` and counts toward the limit, so an
+        # entry is requeued at most max_requeue + 1 times per walk: it ends.
+        while order:
+            if before is None:
+                if b >= size_to_free:
+                    break
+            e = next(iter(order))
+            if before is not None and not e._ts < before:
+                break
+            if (extend and e._accessed) or (
+                    e._tracked and e._reads > 0 and e._requeues < max_requeue):
+                if now is None:
+                    now = _now(self._clock)
+                order.move_to_end(e)
+                e._ts = now
+                e._accessed = False
+                e._requeues += 1
+                self._requeues += 1
+            else:
+                self._remove(e)
+                n += 1
+                b += e._size
+        self._evicted_entries += n
+        self._evicted_bytes += b
+        return n, b
+
+    def _remove(self, e: CacheEntry) -> None:
+        """Evict ``e``: out of the queue and out of its EntryCache."""
+        self._unlink(e)
+        e._removed = True
+        owner = e._owner
+        if owner is not None:
+            owner._forget(e)
+
+    def _unlink(self, e: CacheEntry) -> None:
+        del self._order[e]
+        self._bytes -= e._size
+        e._queue = None
+
+    def __repr__(self) -> str:
+        return (f"<RemovalQueue entries={len(self._order)} bytes={self._bytes} "
+                f"max_requeue={self._max_requeue} extend_ttl={self._extend}>")
+
+
+class EntryCache:
+    """EntryCache holds one topic's (managed ledger's) entries by position,
+    ``RangeEntryCacheImpl``; made by ``EntryCacheManager.cache(name)``.
+
+    Positions are ``(ledger_id, entry_id)`` tuples of ints in [0, 2**63),
+    ordered lexicographically.  Every cached entry is also in the manager's
+    removal queue, which evicts it; a cache hit marks it accessed.
+    """
+
+    __slots__ = ("_name", "_manager", "_index", "_sorted", "_size")
+
+    def __init__(self, *args, **kwargs):
+        raise TypeError("EntryCache objects are made by EntryCacheManager.cache(name)")
+
+    @classmethod
+    def _new(cls, manager: "EntryCacheManager", name: str) -> "EntryCache":
+        self = object.__new__(cls)
+        self._name = name
+        self._manager = manager
+        self._index: dict[tuple[int, int], CacheEntry] = {}
+        self._sorted: list[tuple[int, int]] = []
+        self._size = 0
+        return self
+
+    @property
+    def name(self) -> str:
+        """The topic (managed ledger) name."""
+        return self._name
+
+    @property
+    def manager(self) -> "EntryCacheManager":
+        """The manager whose queue and limits this cache uses."""
+        return self._manager
+
+    @property
+    def size(self) -> int:
+        """Bytes cached here."""
+        return self._size
+
+    def __len__(self) -> int:
+        return len(self._index)
+
+    def __contains__(self, position) -> bool:
+        return check_position(position) in self._index
+
+    def insert(self, position: tuple[int, int], data: Data, *, expected_reads: int = 0) -> bool:
+        """Cache ``data`` at ``position`` with ``expected_reads`` (<= 0: no
+        read-count tracking).  False when the position is cached already or
+        caching is disabled (max_size_bytes == 0).  If the manager is then
+        above its trigger it evicts to the watermark before returning (True
+        even if this entry was evicted)."""
+        pos = check_position(position)
+        size = data_size(data)
+        n = check_expected_reads(expected_reads)
+        m = self._manager
+        if m._max == 0 or pos in self._index:
+            return False
+        e = CacheEntry.__new__(CacheEntry)
+        e._key = pos
+        e._size = size
+        e._ts = _now(m._clock)
+        e._tracked = n > 0
+        e._reads = n if n > 0 else 0
+        e._accessed = False
+        e._removed = False
+        e._requeues = 0
+        e._owner = self
+        e._data = data
+        e._queue = None
+        self._index[pos] = e
+        if not self._sorted or self._sorted[-1] < pos:
+            self._sorted.append(pos)
+        else:
+            insort(self._sorted, pos)
+        self._size += size
+        q = m._queue
+        q.add(e)
+        m._inserts += 1
+        m._inserted_bytes += size
+        if q._bytes > m._trigger_bytes:
+            m._evict_to_watermark()
+        return True
+
+    def get(self, position: tuple[int, int]) -> Optional[Data]:
+        """The cached data, or None.  A hit marks the entry accessed; each
+        call counts one hit or one miss."""
+        e = self._index.get(check_position(position))
+        m = self._manager
+        if e is None:
+            m._misses += 1
+            return None
+        e._accessed = True
+        m._hits += 1
+        return e._data
+
+    def get_range(self, first: tuple[int, int], last: tuple[int, int]) -> list[Data]:
+        """The data of the cached entries with first <= position <= last, in
+        position order (uncached positions are absent); marks them accessed,
+        as Pulsar's getRange does, and changes no counter."""
+        lo, hi = check_bound(first), check_bound(last)
+        out = []
+        s = self._sorted
+        for pos in s[bisect_left(s, lo):bisect_right(s, hi)]:
+            e = self._index[pos]
+            e._accessed = True
+            out.append(e._data)
+        return out
+
+    def mark_read(self, position: tuple[int, int]) -> None:
+        """The entry at ``position`` was delivered once (no-op if not cached)."""
+        e = self._index.get(check_position(position))
+        if e is not None:
+            e.mark_read()
+
+    def add_expected_read(self, position: tuple[int, int]) -> None:
+        """The entry at ``position`` went on a replay queue (no-op if not
+        cached)."""
+        e = self._index.get(check_position(position))
+        if e is not None:
+            e.add_expected_read()
+
+    def invalidate_up_to(self, position: tuple[int, int]) -> tuple[int, int]:
+        """Drop every entry at or before ``position`` (the mark-delete moved
+        past it).  Returns (entries, bytes); not counted as evictions."""
+        hi = check_bound(position)
+        return self._drop(bisect_right(self._sorted, hi))
+
+    def clear(self) -> tuple[int, int]:
+        """Drop every entry.  Returns (entries, bytes)."""
+        return self._drop(len(self._sorted))
+
+    def _drop(self, upto: int) -> tuple[int, int]:
+        n = b = 0
+        q = self._manager._queue
+        for pos in self._sorted[:upto]:
+            e = self._index.pop(pos)
+            q._unlink(e)
+            e._removed = True
+            e._owner = None
+            e._data = None
+            n += 1
+            b += e._size
+        del self._sorted[:upto]
+        self._size -= b
+        return n, b
+
+    def _forget(self, e: CacheEntry) -> None:
+        """The queue evicted ``e``: drop it from the index."""
+        pos = e._key
+        del self._index[pos]
+        s = self._sorted
+        del s[bisect_left(s, pos)]
+        self._size -= e._size
+        e._owner = None
+        e._data = None
+
+    def __repr__(self) -> str:
+        return f"<EntryCache {self._name!r} entries={len(self._index)} bytes={self._size}>"
+
+
+class EntryCacheManager:
+    """EntryCacheManager bounds the entry caches of one broker
+    (``RangeEntryCacheManagerImpl``) with one global RemovalQueue.
+
+    ``max_size_bytes`` is managedLedgerCacheSizeMB in bytes (0 disables
+    caching; negative is a ValueError).  Size eviction starts when the size
+    exceeds ``floor(max * eviction_trigger)`` and frees down to
+    ``floor(max * eviction_watermark)`` (managedLedgerCacheEvictionWatermark);
+    ``time_threshold_ms`` is managedLedgerCacheEvictionTimeThresholdMillis;
+    the requeue settings are PIP-430's
+    managedLedgerCacheEvictionExtendTTLOfEntriesWithRemainingExpectedReadsMaxTimes
+    and managedLedgerCacheEvictionExtendTTLOfRecentlyAccessed (inserting
+    with ``expected_reads=0`` everywhere is cacheEvictionByExpectedReadCount
+    off).  ``clock`` returns int nanoseconds and stamps every entry.
+
+    The library has no scheduler: call ``run_eviction()`` every
+    managedLedgerCacheEvictionIntervalMs (10 ms in Pulsar).
+    """
+
+    def __init__(self, max_size_bytes: int, *,
+                 eviction_watermark: float = DEFAULT_EVICTION_WATERMARK,
+                 eviction_trigger: float = DEFAULT_EVICTION_TRIGGER,
+                 time_threshold_ms: float = DEFAULT_TIME_THRESHOLD_MS,
+                 max_requeue_count_when_expected_reads: int = DEFAULT_MAX_REQUEUE,
+                 extend_ttl_of_recently_accessed: bool = True,
+                 clock: Callable[[], int] = time.monotonic_ns):
+        self._max = check_max_size(max_size_bytes)
+        self._watermark, self._trigger = check_thresholds(eviction_watermark, eviction_trigger)
+        self._threshold_ns = check_time_threshold_ms(time_threshold_ms)
+        self._time_threshold_ms = time_threshold_ms
+        self._clock = check_clock(clock)
+        self._queue = RemovalQueue(max_requeue_count_when_expected_reads,
+                                   extend_ttl_of_recently_accessed, clock=clock)
+        self._caches: dict[str, EntryCache] = {}
+        self._hits = self._misses = self._inserts = self._inserted_bytes = 0
+        self._recompute()
+
+    def _recompute(self) -> None:
+        self._trigger_bytes = int(self._max * self._trigger)
+        self._watermark_bytes = int(self._max * self._watermark)
+
+    # ---- settings ------------------------------------------------------------
+
+    @property
+    def max_size_bytes(self) -> int:
+        """The limit.  Setting it only recomputes the thresholds (the next
+        insert or pass evicts); 0 disables caching and the next pass empties
+        the cache."""
+        return self._max
+
+    @max_size_bytes.setter
+    def max_size_bytes(self, value: int) -> None:
+        self._max = check_max_size(value)
+        self._recompute()
+
+    @property
+    def eviction_watermark(self) -> float:
+        """Size eviction frees down to this fraction of max_size_bytes."""
+        return self._watermark
+
+    @property
+    def eviction_trigger(self) -> float:
+        """Size eviction starts above this fraction of max_size_bytes."""
+        return self._trigger
+
+    @property
+    def time_threshold_ms(self) -> float:
+        """Entries older than this are expired by run_eviction (unless
+        requeued)."""
+        return self._time_threshold_ms
+
+    @property
+    def max_requeue_count_when_expected_reads(self) -> int:
+        """The queue's requeue limit for entries with expected reads."""
+        return self._queue.max_requeue_count_when_expected_reads
+
+    @max_requeue_count_when_expected_reads.setter
+    def max_requeue_count_when_expected_reads(self, value: int) -> None:
+        self._queue.max_requeue_count_when_expected_reads = value
+
+    @property
+    def extend_ttl_of_recently_accessed(self) -> bool:
+        """Whether the queue requeues entries accessed since the last walk."""
+        return self._queue.extend_ttl_of_recently_accessed
+
+    @extend_ttl_of_recently_accessed.setter
+    def extend_ttl_of_recently_accessed(self, value: bool) -> None:
+        self._queue.extend_ttl_of_recently_accessed = value
+
+    # ---- caches and state ----------------------------------------------------
+
+    def cache(self, name: str) -> EntryCache:
+        """The EntryCache of topic ``name``, created on first use."""
+        c = self._caches.get(name)
+        if c is None:
+            if type(name) is not str:
+                raise cache_name_error(name)
+            c = self._caches[name] = EntryCache._new(self, name)
+        return c
+
+    @property
+    def size(self) -> int:
+        """Bytes cached in all caches."""
+        return self._queue._bytes
+
+    @property
+    def average_entry_size(self) -> Optional[int]:
+        """Mean size (floor) of the entries inserted so far, None before any."""
+        return self._inserted_bytes // self._inserts if self._inserts else None
+
+    def non_evictable(self) -> tuple[int, int]:
+        """(entries, bytes) cached with remaining expected reads."""
+        return self._queue.non_evictable()
+
+    def stats(self) -> CacheStats:
+        """A snapshot of the counters and gauges."""
+        q = self._queue
+        return CacheStats(self._hits, self._misses, self._inserts, q._evicted_entries,
+                          q._evicted_bytes, q._requeues, q._bytes, len(q._order))
+
+    # ---- eviction ------------------------------------------------------------
+
+    def run_eviction(self) -> tuple[int, int]:
+        """One periodic pass: ``evict_before(clock() - time_threshold)``,
+        then, when the size is above the trigger, ``evict_least_accessed``
+        down to the watermark.  Returns the (entries, bytes) of both steps."""
+        q = self._queue
+        n, b = q._walk(max(_now(self._clock) - self._threshold_ns, MIN_I64), 0)
+        if q._bytes > self._trigger_bytes:
+            n2, b2 = self._evict_to_watermark()
+            n += n2
+            b += b2
+        return n, b
+
+    def _evict_to_watermark(self) -> tuple[int, int]:
+        q = self._queue
+        free = q._bytes - self._watermark_bytes
+        if free <= 0:
+            return 0, 0
+        return q._walk(None, free)
+
+    def __repr__(self) -> str:
+        return (f"<EntryCacheManager max={self._max} size={self._queue._bytes} "
+                f"entries={len(self._queue._order)} caches={len(self._caches)}>")

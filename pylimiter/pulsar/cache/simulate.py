@@ -1,0 +1,264 @@
+"""`python -m pylimiter.pulsar.cache simulate`: replay generated broker
+traces against the eviction policies on Spark and report hit rates, storage
+reads and eviction cost.
+
+The grid (workload x policy x cache size x seed) becomes one Spark task per
+point: the executor generates the trace from its seed (deterministic, so
+every policy sees the same reads) and replays it.  A second, smaller job
+measures one idle eviction pass per policy at growing topic counts, all
+policies of one count in one task, interleaved.  Spark SQL aggregates both
+into tables (Parquet + CSV) and ``index.html`` with plots.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import time
+from pathlib import Path
+from typing import Optional, Sequence
+
+from ..._cli import (
+    UsageError,
+    fmt_bytes,
+    fmt_seconds,
+    make_parser,
+    non_negative_int,
+    positive_float,
+    positive_int,
+    require,
+    run,
+    subparsers,
+    writable_dir,
+)
+from ...spark.progress import JobProgress
+from ...spark.session import check_master, spark_session, write_table
+from .policies import POLICIES
+from .replay import RESULT_FIELDS
+from .workloads import WORKLOADS
+
+PROG = "python -m pylimiter.pulsar.cache"
+SCAN_POLICIES = ("pip430", "lru", "legacy")
+SCAN_FIELDS = [("topics", "int"), ("policy", "string"), ("ns_per_pass", "double")]
+
+
+# ---- arguments ---------------------------------------------------------------------
+
+
+def _names(choices):
+    def parse(text: str) -> list[str]:
+        vals = [x.strip() for x in text.split(",") if x.strip()]
+        bad = [v for v in vals if v not in choices]
+        if bad or not vals:
+            raise argparse.ArgumentTypeError(
+                f"unknown {bad[0] if bad else '(empty)'!r}; choose from {', '.join(choices)}")
+        return vals
+    return parse
+
+
+def _numbers(kind, minimum):
+    def parse(text: str) -> list:
+        try:
+            vals = [kind(x) for x in text.split(",") if x.strip()]
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected comma-separated numbers, got {text!r}")
+        if not vals or any(v < minimum for v in vals):
+            raise argparse.ArgumentTypeError(f"expected numbers >= {minimum}, got {text!r}")
+        return vals
+    return parse
+
+
+def _fraction(text: str) -> float:
+    v = positive_float(text)
+    if v > 0.98:
+        raise argparse.ArgumentTypeError(f"must be in (0, 0.98] (the trigger), got {text}")
+    return v
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The command line: one sub-command, ``simulate``."""
+    ap = make_parser(PROG, "The Pulsar broker entry cache (PIP-430) and its policy simulator.")
+    sub = subparsers(ap, dest="command", required=True, metavar="COMMAND")
+    sp = sub.add_parser(
+        "simulate",
+        help="compare eviction policies on generated traces (PySpark)",
+        description="Replay generated traces (workload x policy x cache size x seed) on "
+                    "Spark and write hit rates, storage reads and eviction cost to "
+                    "OUT/index.html and Parquet/CSV tables.  The policies fix "
+                    "cacheEvictionByExpectedReadCount and "
+                    "managedLedgerCacheEvictionExtendTTLOfRecentlyAccessed: pip430 (true, "
+                    "true), pip430-no-expected-reads (false, true), fifo (false, false).")
+    sp.add_argument("--master", default="local[*]",
+                    help="Spark master: local[N], spark://host:port, yarn, k8s://...")
+    sp.add_argument("--workloads", type=_names(list(WORKLOADS)), default=list(WORKLOADS),
+                    help="comma-separated")
+    sp.add_argument("--policies", type=_names(list(POLICIES)), default=list(POLICIES),
+                    help="comma-separated")
+    sp.add_argument("--managedLedgerCacheSizeMB", dest="cache_mb", metavar="MB,...",
+                    type=_numbers(float, 0.0), default=[8.0, 32.0, 128.0],
+                    help="cache sizes to sweep")
+    sp.add_argument("--managedLedgerCacheEvictionWatermark", dest="watermark", type=_fraction,
+                    default=0.9, help="size eviction frees down to this fraction")
+    sp.add_argument("--managedLedgerCacheEvictionTimeThresholdMillis", dest="threshold_ms",
+                    type=positive_float, default=1000.0, help="entry TTL before requeues")
+    sp.add_argument("--managedLedgerCacheEvictionIntervalMs", dest="interval_ms",
+                    type=positive_float, default=10.0,
+                    help="simulated time between eviction passes")
+    sp.add_argument(
+        "--managedLedgerCacheEvictionExtendTTLOfEntriesWithRemainingExpectedReadsMaxTimes",
+        dest="max_requeue", type=non_negative_int, default=5,
+        help="requeues of an entry with expected reads (pip430)")
+    sp.add_argument("--seeds", type=positive_int, default=1, help="traces per workload")
+    sp.add_argument("--scale", type=positive_float, default=1.0,
+                    help="multiplies every workload's topic count")
+    sp.add_argument("--duration", type=positive_float, default=None,
+                    help="simulated seconds per trace (default: each workload's own)")
+    sp.add_argument("--scan-topics", type=_numbers(int, 0), default=[100, 1000, 10000, 100000],
+                    help="topic counts for the idle eviction pass cost (0: skip)")
+    sp.add_argument("--out", type=writable_dir, default=Path("reports/cache"),
+                    help="report folder (index.html, tables, plots)")
+    sp.add_argument("--no-progress", action="store_true", help="no progress bars")
+    return ap
+
+
+# ---- executors -------------------------------------------------------------------------
+
+
+def _replay_partition(rows):
+    """Executor side: one grid point per row -> one result tuple."""
+    import traceback
+
+    from pylimiter.pulsar.cache.replay import RESULT_FIELDS, replay
+    from pylimiter.pulsar.cache.workloads import Trace
+
+    for row in rows:
+        try:
+            trace = Trace(row["workload"], row["seed"], scale=row["scale"],
+                          duration=row["duration"])
+            res = replay(trace, row["policy"], int(row["cache_mb"] * (1 << 20)),
+                         time_threshold_ms=row["threshold_ms"], interval_ms=row["interval_ms"],
+                         max_requeue=row["max_requeue"], eviction_watermark=row["watermark"])
+        except Exception as exc:   # a failed point is a row, not a failed job
+            res = {k: row.get(k) for k in ("workload", "policy", "cache_mb", "seed")}
+            res["failure"] = "".join(traceback.format_exception_only(type(exc), exc)).strip()
+        yield _typed(res, RESULT_FIELDS)
+
+
+def _typed(res: dict, fields) -> tuple:
+    """A row in schema order with Python types Spark accepts for each field
+    (an int where a double is declared is a type error there)."""
+    conv = {"double": float, "long": int, "int": int, "string": str}
+    return tuple(None if res.get(n) is None else conv[k](res[n]) for n, k in fields)
+
+
+def _scan_partition(rows):
+    from pylimiter.pulsar.cache.scan import idle_pass_ns
+
+    for row in rows:
+        for policy, ns in idle_pass_ns(row["topics"], row["policies"]).items():
+            yield _typed(dict(topics=row["topics"], policy=policy, ns_per_pass=ns), SCAN_FIELDS)
+
+
+def _schema(fields):
+    from pyspark.sql import types as T
+
+    kinds = {"long": T.LongType(), "int": T.IntegerType(), "string": T.StringType(),
+             "double": T.DoubleType()}
+    return T.StructType([T.StructField(n, kinds[k], True) for n, k in fields])
+
+
+def expand_grid(args) -> list[dict]:
+    """The replay points, shuffled (seeded) so heavy ones spread over
+    executors."""
+    points = [dict(workload=w, policy=p, cache_mb=mb, seed=s + 1, scale=args.scale,
+                   duration=args.duration, threshold_ms=args.threshold_ms,
+                   interval_ms=args.interval_ms, max_requeue=args.max_requeue,
+                   watermark=args.watermark)
+              for w in args.workloads for p in args.policies for mb in args.cache_mb
+              for s in range(args.seeds)]
+    random.Random(1).shuffle(points)
+    return points
+
+
+# ---- driver --------------------------------------------------------------------------------
+
+
+SUMMARY_SQL = """
+SELECT workload, policy, cache_mb,
+       count(*) AS runs,
+       avg(hit_rate) AS hit_rate,
+       stddev_samp(hit_rate) AS hit_rate_sd,
+       sum(reads) AS reads, sum(hits) AS hits, sum(misses) AS misses,
+       avg(storage_bytes) / 1048576.0 AS storage_mib,
+       avg(storage_reads) AS storage_reads,
+       avg(evicted_entries) AS evicted_entries,
+       avg(requeues) AS requeues,
+       avg(peak_bytes) / 1048576.0 AS peak_mib,
+       sum(eviction_cpu_ns) / sum(eviction_passes) / 1000.0 AS eviction_us_per_pass,
+       max(max_pass_ns) / 1000.0 AS max_pass_us,
+       max(topics) AS topics
+FROM runs WHERE failure IS NULL
+GROUP BY workload, policy, cache_mb
+ORDER BY workload, cache_mb, policy
+"""
+
+
+def main(argv: Optional[Sequence[str]] = None, *, spark=None) -> int:
+    """Run the simulator; ``spark`` adopts a session (tests), else one is
+    started on ``--master`` and stopped at the end."""
+    args = build_parser().parse_args(argv)
+    require(["pyspark", "pandas", "matplotlib", "rich"], "spark")
+    if spark is None:
+        check_master(args.master)
+    grid = expand_grid(args)
+    scan = [t for t in args.scan_topics if t > 0]
+    print(f"pylimiter entry cache simulator: {len(grid)} replays "
+          f"({len(args.workloads)} workloads x {len(args.policies)} policies x "
+          f"{len(args.cache_mb)} cache sizes x {args.seeds} seeds)"
+          + (f" + idle-pass cost at {','.join(map(str, scan))} topics" if scan else "")
+          + f" on {args.master if spark is None else 'the given session'}", flush=True)
+    t0 = time.perf_counter()
+    out = args.out
+    with spark_session(args.master, app_name="pylimiter-cache-sim", spark=spark) as s:
+        sc = s.sparkContext
+        with JobProgress(sc, "replays", len(grid), enabled=not args.no_progress):
+            rows = sc.parallelize(grid, len(grid)).mapPartitions(_replay_partition).collect()
+        runs = s.createDataFrame(rows, _schema(RESULT_FIELDS))
+        runs.createOrReplaceTempView("runs")
+        failures = [r for r in rows if r[-1]]
+        if failures:
+            print(f"{len(failures)} replays failed; first: {failures[0][-1]}")
+        scan_rows = []
+        if scan:
+            pts = [dict(topics=t, policies=[p for p in SCAN_POLICIES if p in args.policies]
+                        or list(SCAN_POLICIES)) for t in scan]
+            with JobProgress(sc, "idle passes", len(pts), enabled=not args.no_progress):
+                scan_rows = sc.parallelize(pts, len(pts)).mapPartitions(_scan_partition).collect()
+        scan_df = s.createDataFrame(scan_rows, _schema(SCAN_FIELDS))
+        summary = s.sql(SUMMARY_SQL)
+        write_table(runs, out, "runs")
+        write_table(summary, out, "summary")
+        write_table(scan_df, out, "scan")
+        summary_pd = summary.toPandas()
+        scan_pd = scan_df.toPandas()
+        from ...spark.report import command_line
+        from .report import write_report
+
+        index = write_report(out, summary_pd, scan_pd, args, spark_version=s.version,
+                             command=command_line(PROG, argv))
+    if failures:
+        raise RuntimeError(f"{len(failures)} of {len(grid)} replays failed: {failures[0][-1]}")
+    total_reads = sum(r[7] or 0 for r in rows)
+    total_bytes = sum(r[12] or 0 for r in rows)
+    print(f"{len(grid)} replays, {total_reads:,} entry reads, {fmt_bytes(total_bytes)} read from "
+          f"simulated storage, in {fmt_seconds(time.perf_counter() - t0)}")
+    print(f"report: {index.resolve()}")
+    return 0
+
+
+def cli(argv: Optional[Sequence[str]] = None) -> int:
+    """Entry point: the kit's exit statuses (2 usage, 1 runtime, 130 Ctrl-C)."""
+    return run(main, PROG, argv)
+
+
+__all__ = ["main", "cli", "build_parser", "expand_grid", "UsageError"]
