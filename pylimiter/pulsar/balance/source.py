@@ -205,7 +205,10 @@ def load_input(spark, path: Path):
                 raise UsageError(f"{path}: column {c} has type {kinds[c]}, expected "
                                  f"{'string' if want_str else 'a number'}")
     s = {c: F.col(c).cast("string") for c in FACT_COLUMNS}
-    as_int = {c: F.col(c).cast("string").cast("double") for c in ("step", *_COUNTS)}
+    # try_cast: under ANSI mode (Spark 4's default) a plain cast of "abc"
+    # fails the job instead of giving the null the check looks for.
+    num = {c: F.expr(f"try_cast(CAST(`{c}` AS STRING) AS DOUBLE)") for c in FACT_COLUMNS}
+    as_int = {c: num[c] for c in ("step", *_COUNTS)}
     checks = []
     if "_corrupt_record" in raw.columns:
         checks.append((F.col("_corrupt_record").isNotNull(), "(line)", "is not valid JSON"))
@@ -216,7 +219,7 @@ def load_input(spark, path: Path):
         checks.append((v.isNull() | (v < 0) | (v != F.floor(v)) | (v > 2**31 - 1), c,
                        "is not an integer >= 0"))
     for c in _NUMBERS:
-        v = s[c].cast("double")
+        v = num[c]
         checks.append((v.isNull() | F.isnan(v) | (v < 0) | (v == float("inf")), c,
                        "is not a finite number >= 0"))
     problem = F.lit(None).cast("string")
@@ -227,10 +230,10 @@ def load_input(spark, path: Path):
     if bad:
         _report_bad_row(path, raw, checks)
     typed = raw.select(
-        F.col("step").cast("string").cast("double").cast("int").alias("step"),
+        num["step"].cast("int").alias("step"),
         F.col("topic").cast("string").alias("topic"),
-        *[F.col(c).cast("string").cast("double").alias(c) for c in _NUMBERS],
-        *[F.col(c).cast("string").cast("double").cast("int").alias(c) for c in _COUNTS])
+        *[num[c].alias(c) for c in _NUMBERS],
+        *[num[c].cast("int").alias(c) for c in _COUNTS])
     dup = typed.groupBy("step", "topic").count().where(F.col("count") > 1).limit(1).collect()
     if dup:
         raise UsageError(f"{path}: step {dup[0]['step']} has topic {dup[0]['topic']} "
@@ -243,8 +246,9 @@ def _report_bad_row(path: Path, raw, checks) -> None:
     conds = list(checks)
     probe = raw.select(*raw.columns,
                        *[c.alias(f"_bad{i}") for i, (c, _, _) in enumerate(conds)])
+    flags = [f"_bad{i}" for i in range(len(conds))]   # plain strings: the filter is pickled
     first = (probe.rdd.zipWithIndex()
-             .filter(lambda rv: any(rv[0][f"_bad{i}"] for i in range(len(conds))))
+             .filter(lambda rv: any(rv[0][f] for f in flags))
              .first())
     row, index = first
     for i, (_, col, why) in enumerate(conds):
