@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 PURE_VENV ?= .venv-pure
 
 .PHONY: all venv build debug test test-c test-py test-pure test-pythons bench bench-micro asv java clean \
-	wheels check-wheels wheel-cp311 test-aarch64 model-check relacy proto
+	wheels check-wheels wheel-cp311 test-aarch64 model-check relacy proto balance
 
 all: build
 
@@ -127,6 +127,14 @@ model-check: build relacy
 	build/model/plim_relacy 1000000
 	build/model/plim_relacy 2 bound
 	$(PY) -m pytest -q -p no:cacheprovider tests/test_memory_model.py
+
+# Bundle load balancing (issue 10): the generated 600K-topic, 200-namespace,
+# 20-broker, 60-step cluster through Pulsar's splitter, two placements and
+# ThresholdShedder on/off on Spark local[*]; reports/balance/index.html.
+# BALANCE_ARGS="--input rows.parquet --brokers 12 ..." replays your own load.
+BALANCE_ARGS ?=
+balance: build java
+	$(PY) -m pylimiter.pulsar.balance simulate --out reports/balance $(BALANCE_ARGS)
 
 # Regenerate the committed protobuf module from its .proto with the pinned
 # grpcio-tools (tests/pulsar/test_protocol_gencode.py checks they agree).

@@ -401,9 +401,12 @@ def _run_conf(spark) -> dict:
     # Each step is a small job (one scan, a few thousand groups): adaptive
     # re-planning costs more than it saves, and a handful of shuffle
     # partitions is plenty for the final aggregation.
+    # Arrow turns the result tables (pandas) into DataFrames without
+    # pickling them row by row.
     cores = spark.sparkContext.defaultParallelism
     return {"spark.sql.adaptive.enabled": "false",
-            "spark.sql.shuffle.partitions": str(min(8, max(1, cores)))}
+            "spark.sql.shuffle.partitions": str(min(8, max(1, cores))),
+            "spark.sql.execution.arrow.pyspark.enabled": "true"}
 
 
 def _describe(args) -> str:

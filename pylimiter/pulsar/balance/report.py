@@ -7,7 +7,14 @@ from pathlib import Path
 from typing import Optional, Sequence
 
 from ..._cli import fmt_seconds
-from ...spark.report import FULL_WIDTH_IN, ReportPage, environment, pyplot, save_figure
+from ...spark.report import (
+    FIGURE_DPI,
+    FULL_WIDTH_IN,
+    ReportPage,
+    environment,
+    pyplot,
+    save_figure,
+)
 from .cluster import STRATEGIES
 from .split import MIB
 
@@ -135,10 +142,11 @@ def _bundles_figure(steps, bundle_loads, bundles, settings, out: Path) -> Path:
 def _activity_figure(steps, out: Path) -> Path:
     plt = pyplot()
     fig, (a, b) = plt.subplots(1, 2, figsize=(FULL_WIDTH_IN, 3.8))
-    width = 0.8 / len(STRATEGIES)
-    for i, sp in enumerate(STRATEGIES):
+    shedding = [sp for sp in STRATEGIES if sp.shedding]   # the others never unload
+    width = 0.8 / len(shedding)
+    for i, sp in enumerate(shedding):
         s = steps[steps["strategy"] == sp.key].sort_values("step")
-        x = s["step"] + (i - (len(STRATEGIES) - 1) / 2) * width
+        x = s["step"] + (i - (len(shedding) - 1) / 2) * width
         a.bar(x, s["unloads"], width=width, color=COLORS[sp.key], label=sp.label)
         b.bar(x, s["moved_bytes_per_s"] / MIB, width=width, color=COLORS[sp.key],
               label=sp.label)
@@ -155,7 +163,8 @@ def _activity_figure(steps, out: Path) -> Path:
 
 def _heatmap_figure(brokers, out: Path) -> Path:
     plt = pyplot()
-    fig, axes = plt.subplots(2, 2, figsize=(FULL_WIDTH_IN, 7.0), sharex=True, sharey=True)
+    fig, axes = plt.subplots(2, 2, figsize=(FULL_WIDTH_IN, 7.0), sharex=True, sharey=True,
+                             layout="constrained")
     vmax = max(100.0, float(brokers["usage_pct"].max()))
     im = None
     for ax, sp in zip(axes.flat, STRATEGIES):
@@ -170,8 +179,10 @@ def _heatmap_figure(brokers, out: Path) -> Path:
         ax.set_yticklabels(grid.index, fontsize=7 if len(grid) <= 24 else 5)
     for ax in axes[1]:
         ax.set_xlabel("step")
-    fig.colorbar(im, ax=axes, shrink=0.8, label="broker usage, %")
-    fig.savefig(out / "heatmap.png", dpi=90)
+    fig.colorbar(im, ax=axes, shrink=0.9, label="broker usage, %")
+    # save_figure's tight_layout would fight the constrained layout the
+    # colorbar needs.
+    fig.savefig(out / "heatmap.png", dpi=FIGURE_DPI)
     plt.close(fig)
     return out / "heatmap.png"
 
@@ -238,11 +249,15 @@ def write_report(res, out: Path, *, spark_version: Optional[str], command: str,
     _spread_figure(steps, out)
     page.figure("spread.png", "How far apart the brokers are; lower is better balanced.",
                 title="Spread over time")
-    summary_view = summary.assign(strategy=summary["label"]).drop(columns=["label"])
-    page.table(summary_view, columns=[
-        "strategy", "mean_spread_pct", "late_spread_pct", "peak_usage_pct", "mean_max_usage_pct",
-        "overloaded_broker_steps", "unloads", "moved_mib_per_s", "assignments"],
-        title="Summary (late = the second half of the run)")
+    over = f"broker-steps > {res.settings.overload_threshold_pct:g}%"
+    view = summary.drop(columns=["strategy"]).rename(columns={
+        "label": "strategy", "mean_spread_pct": "spread", "late_spread_pct": "spread, 2nd half",
+        "peak_usage_pct": "peak %", "mean_max_usage_pct": "busiest, mean %",
+        "overloaded_broker_steps": over, "moved_mib_per_s": "MiB/s moved",
+        "assignments": "placements"})
+    page.table(view, columns=["strategy", "spread", "spread, 2nd half", "peak %",
+                              "busiest, mean %", over, "unloads", "MiB/s moved", "placements"],
+               title="Summary (spread: usage points between the busiest and the idlest broker)")
     _heatmap_figure(brokers, out)
     page.figure("heatmap.png", "Each row a broker, each column a step.",
                 title="Every broker, every step")
