@@ -60,7 +60,8 @@ def _anchor_rounds(spark, topics: int, steps_per_job: int, rounds: int) -> dict:
 
             def scan():
                 t0 = time.perf_counter()
-                spark.sql(f"SELECT count(1), sum(msg_rate_in) FROM ({src.rows_sql(steps)})").collect()
+                sql = f"SELECT count(1), sum(msg_rate_in) FROM ({src.rows_sql(steps)})"
+                spark.sql(sql).collect()
                 return time.perf_counter() - t0
 
             agg(), scan()                      # warm-up: code generation, caches

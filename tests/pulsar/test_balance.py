@@ -28,7 +28,7 @@ from pylimiter.pulsar.balance import (
     split_boundaries,
     topic_hash,
 )
-from pylimiter.pulsar.balance.split import topic_count_equally_divide
+from pylimiter.pulsar.balance.split import flow_or_qps_equally_divide, topic_count_equally_divide
 
 MIB = 1024 * 1024
 FULL = Bundle(0, 0xFFFFFFFF, last=True)
@@ -316,6 +316,28 @@ def test_flow_split_rules():
         split_boundaries("flow_or_qps_equally_divide", FULL, {"a": 1.0, "b": 2.0})
 
 
+def test_flow_split_drops_boundaries_at_the_edge_or_not_ascending():
+    hot = TopicStats(msg_rate_in=40000)
+    # Equal hashes give the same boundary twice: the second is dropped.
+    same = [(5, "a", hot), (5, "b", hot), (5, "c", hot)]
+    assert flow_or_qps_equally_divide(Bundle(0, 100), same, max_msg_rate=30000,
+                                      max_bandwidth_mbytes=100, threshold_pct=10) == [6]
+    # A boundary on the upper edge (possible in a last bundle) is dropped.
+    edge = [(98, "a", hot), (99, "b", hot)]
+    assert flow_or_qps_equally_divide(Bundle(0, 99, last=True), edge, max_msg_rate=30000,
+                                      max_bandwidth_mbytes=100, threshold_pct=10) == []
+
+
+def test_split_algorithms_and_topic_stats_defaults():
+    assert SPLIT_ALGORITHMS == ("range_equally_divide", "topic_count_equally_divide",
+                                "specified_positions_divide", "flow_or_qps_equally_divide")
+    assert TopicStats() == TopicStats(0, 0, 0, 0, 0, 0)
+    # Only specified_positions_divide reads positions.
+    for algorithm in ("range_equally_divide", "topic_count_equally_divide"):
+        assert split_boundaries(algorithm, FULL, ["a", "b"], positions=[5]) == \
+            split_boundaries(algorithm, FULL, ["a", "b"])
+
+
 _stats = st.builds(TopicStats, msg_rate_in=st.floats(0, 5e4), msg_rate_out=st.floats(0, 5e4),
                    msg_throughput_in=st.floats(0, 2e8), msg_throughput_out=st.floats(0, 2e8))
 
@@ -472,6 +494,15 @@ def test_threshold_shedder_does_not_cap_usage_above_100_percent():
     brokers, bundles = _ten_bundle_cluster(cpu=ResourceUsage(1000, 100))
     got = ThresholdShedder().find_bundles_for_unloading(brokers, bundles)
     assert got["broker-1"] == [f"bundle-{i}" for i in range(10, 0, -1)]
+
+
+def test_threshold_shedder_keeps_the_mapping_order_on_equal_throughput():
+    names = ["z", "a", "m", "b"]
+    bundles = {n: BundleLoad(msg_throughput_in=MIB) for n in names}
+    brokers = {"hot": BrokerLoad(bandwidth_in=ResourceUsage(99, 100), msg_throughput_in=4 * MIB,
+                                 bundles=frozenset(names)), "idle": BrokerLoad()}
+    got = ThresholdShedder(min_throughput_mb=0).find_bundles_for_unloading(brokers, bundles)
+    assert got == {"hot": ["z", "a"]}      # 4 MiB/s * (0.99 - 0.495 - 0.1 + 0.05) = 1.78 MiB/s
 
 
 def test_threshold_shedder_quiet_cases():

@@ -47,7 +47,7 @@ from .bundles import Bundle, NamespaceBundles
 from .load import BrokerLoad, BundleLoad, LoadWeights, ResourceUsage
 from .placement import LeastLongTermMessageRate, UniformRandom
 from .shedding import ThresholdShedder
-from .split import SPLIT_ALGORITHMS, MIB, TopicStats, split_boundaries
+from .split import MIB, SPLIT_ALGORITHMS, TopicStats, split_boundaries
 from .splitter import BundleSplitter
 
 __all__ = ["BrokerCapacity", "BundleSample", "Settings", "Simulation", "StepRecord",

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from ._checks import number
+
 __all__ = ["BrokerLoad", "BundleLoad", "LoadWeights", "ResourceUsage"]
 
 
@@ -44,9 +46,7 @@ class LoadWeights:
 
     def __post_init__(self):
         for name in ("cpu", "memory", "direct_memory", "bandwidth_in", "bandwidth_out"):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or not v >= 0:
-                raise ValueError(f"weight {name} must be a number >= 0, got {v!r}")
+            number(f"weight {name}", getattr(self, name))
 
     def astuple(self) -> tuple[float, float, float, float, float]:
         """(cpu, memory, direct_memory, bandwidth_in, bandwidth_out)."""

@@ -196,8 +196,8 @@ def settings_from(args) -> Settings:
 
 @dataclass
 class RunResult:
-    """Everything a run produced, as lists of row dicts (the tables) plus
-    the final layout check and timings."""
+    """Everything a run produced: the tables as lists of row dicts, and
+    the timings."""
 
     settings: Settings
     namespaces: list[str]
@@ -291,7 +291,9 @@ def simulate(spark, source, broker_names: Sequence[str], settings: Settings, see
             res.broker_steps.extend(rec.brokers)
             res.decisions.extend(rec.decisions)
             if rec.splits:
-                pending.clear()   # aggregated on the old layout: do them again
+                # Steps already aggregated on the old layout go through again.
+                timing["steps_aggregated_twice"] += len(pending)
+                pending.clear()
                 batch = 1
             else:
                 batch = min(batch * 2, MAX_BATCH)
@@ -430,9 +432,9 @@ def main(argv: Optional[Sequence[str]] = None, *, spark=None) -> int:
     print(f"{PROG} simulate: {_describe(args)}; {args.brokers} brokers; "
           f"{args.split_algorithm}; Spark {args.master if spark is None else 'session given'}",
           flush=True)
+    from ...spark.progress import JobProgress
     from .report import write_report
     from .source import GeneratedSource, open_source
-    from ...spark.progress import JobProgress
 
     spec = GeneratorSpec(topics=args.topics, namespaces=args.namespaces, steps=args.steps,
                          seed=args.seed)

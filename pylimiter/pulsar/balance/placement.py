@@ -9,15 +9,10 @@ import random
 from collections.abc import Iterable, Mapping
 from typing import Optional
 
+from ._checks import number
 from .load import BrokerLoad, LoadWeights
 
 __all__ = ["LeastLongTermMessageRate", "UniformRandom"]
-
-
-def _check_pct(name: str, value) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
-        raise ValueError(f"{name} must be a number >= 0, got {value!r}")
-    return float(value)
 
 
 class LeastLongTermMessageRate:
@@ -34,8 +29,8 @@ class LeastLongTermMessageRate:
 
     def __init__(self, overload_threshold_pct: float = 85, weights: LoadWeights = LoadWeights(),
                  rng: Optional[random.Random] = None):
-        self.overload_threshold_pct = _check_pct("overload_threshold_pct",
-                                                 overload_threshold_pct)
+        self.overload_threshold_pct = float(number("overload_threshold_pct",
+                                                   overload_threshold_pct))
         if not isinstance(weights, LoadWeights):
             raise TypeError(f"weights must be a LoadWeights, not {type(weights).__name__}")
         self.weights = weights

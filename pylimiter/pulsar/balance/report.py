@@ -287,7 +287,8 @@ def write_report(res, out: Path, *, spark_version: Optional[str], command: str,
         ("topic rows per second (aggregation)",
          f"{rows / tm['spark_s']:,.0f}" if tm.get("spark_s") else ""),
         ("decision loop, driver CPU per step (4 strategies)",
-         f"{tm.get('decide_ms_per_step', 0):.1f} ms (max {tm.get('decide_ms_per_step_max', 0):.1f} ms)"),
+         f"{tm.get('decide_ms_per_step', 0):.1f} ms "
+         f"(max {tm.get('decide_ms_per_step_max', 0):.1f} ms)"),
         ("writing tables", fmt_seconds(tm.get("write_s", 0))),
     ]
     page.table(timing, columns=["phase", "time"], title="Where the time went")

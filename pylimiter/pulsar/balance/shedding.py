@@ -5,8 +5,8 @@
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping
-from typing import Optional
 
+from ._checks import number
 from .load import BrokerLoad, BundleLoad, LoadWeights
 from .split import MIB
 
@@ -17,16 +17,6 @@ __all__ = ["ThresholdShedder"]
 ADDITIONAL_THRESHOLD_PERCENT_MARGIN = 0.05
 #: ThresholdShedder.LOWER_BOUNDARY_THRESHOLD_MARGIN.
 LOWER_BOUNDARY_THRESHOLD_MARGIN = 0.5
-
-
-def _number(name: str, value, low: float, high: Optional[float] = None) -> float:
-    ok = not isinstance(value, bool) and isinstance(value, (int, float)) and value >= low
-    if ok and high is not None:
-        ok = value <= high
-    if not ok:
-        rng = f">= {low}" if high is None else f"in [{low}, {high}]"
-        raise ValueError(f"{name} must be a number {rng}, got {value!r}")
-    return float(value)
 
 
 class ThresholdShedder:
@@ -48,9 +38,9 @@ class ThresholdShedder:
     def __init__(self, threshold_pct: float = 10, history: float = 0.9,
                  min_throughput_mb: float = 10, lower_boundary_shedding: bool = False,
                  weights: LoadWeights = LoadWeights()):
-        self.threshold_pct = _number("threshold_pct", threshold_pct, 0)
-        self.history = _number("history", history, 0, 1)
-        self.min_throughput_mb = _number("min_throughput_mb", min_throughput_mb, 0)
+        self.threshold_pct = float(number("threshold_pct", threshold_pct))
+        self.history = float(number("history", history, 0, 1))
+        self.min_throughput_mb = float(number("min_throughput_mb", min_throughput_mb))
         self.lower_boundary_shedding = bool(lower_boundary_shedding)
         if not isinstance(weights, LoadWeights):
             raise TypeError(f"weights must be a LoadWeights, not {type(weights).__name__}")

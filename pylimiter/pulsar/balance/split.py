@@ -9,11 +9,11 @@ back, so a result can always be given to ``NamespaceBundles.split``.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Optional, Sequence, Union
 
+from ._checks import number
 from .bundles import Bundle, topic_hash
 
 __all__ = ["MIB", "SPLIT_ALGORITHMS", "TopicStats", "split_boundaries"]
@@ -126,12 +126,6 @@ def flow_or_qps_equally_divide(bundle: Bundle, stats: list[tuple[int, str, Topic
     return out
 
 
-def _finite(name: str, value) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value):
-        raise ValueError(f"{name} must be a number, got {value!r}")
-    return float(value)
-
-
 def split_boundaries(algorithm: str, bundle: Bundle,
                      topics: Union[Mapping[str, TopicStats], Iterable[str]], *,
                      positions: Optional[Sequence[int]] = None, max_msg_rate: float = 30000,
@@ -172,9 +166,9 @@ def split_boundaries(algorithm: str, bundle: Bundle,
             if bundle.contains(h):
                 stats.append((h, name, st))
         return flow_or_qps_equally_divide(
-            bundle, stats, max_msg_rate=_finite("max_msg_rate", max_msg_rate),
-            max_bandwidth_mbytes=_finite("max_bandwidth_mbytes", max_bandwidth_mbytes),
-            threshold_pct=_finite("threshold_pct", threshold_pct))
+            bundle, stats, max_msg_rate=number("max_msg_rate", max_msg_rate),
+            max_bandwidth_mbytes=number("max_bandwidth_mbytes", max_bandwidth_mbytes),
+            threshold_pct=number("threshold_pct", threshold_pct))
     names = topics.keys() if isinstance(topics, Mapping) else set(topics)
     hashes = [h for h in map(topic_hash, names) if bundle.contains(h)]
     if algorithm == "topic_count_equally_divide":

@@ -7,19 +7,12 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Mapping
 
+from ._checks import number
 from .bundles import bundle_namespace
 from .load import BundleLoad
 from .split import MIB
 
 __all__ = ["BundleSplitter"]
-
-
-def _positive(name: str, value, integer: bool = False) -> float:
-    kinds = (int,) if integer else (int, float)
-    if isinstance(value, bool) or not isinstance(value, kinds) or not value >= 0:
-        kind = "an int" if integer else "a number"
-        raise ValueError(f"{name} must be {kind} >= 0, got {value!r}")
-    return value
 
 
 class BundleSplitter:
@@ -36,11 +29,11 @@ class BundleSplitter:
     def __init__(self, max_topics: int = 1000, max_sessions: int = 1000,
                  max_msg_rate: float = 30000, max_bandwidth_mbytes: float = 100,
                  max_bundles: int = 128):
-        self.max_topics = _positive("max_topics", max_topics, integer=True)
-        self.max_sessions = _positive("max_sessions", max_sessions, integer=True)
-        self.max_msg_rate = _positive("max_msg_rate", max_msg_rate)
-        self.max_bandwidth_mbytes = _positive("max_bandwidth_mbytes", max_bandwidth_mbytes)
-        self.max_bundles = _positive("max_bundles", max_bundles, integer=True)
+        self.max_topics = number("max_topics", max_topics, integer=True)
+        self.max_sessions = number("max_sessions", max_sessions, integer=True)
+        self.max_msg_rate = number("max_msg_rate", max_msg_rate)
+        self.max_bandwidth_mbytes = number("max_bandwidth_mbytes", max_bandwidth_mbytes)
+        self.max_bundles = number("max_bundles", max_bundles, integer=True)
 
     def over_threshold(self, load: BundleLoad) -> bool:
         """True if the bundle (with two topics or more) is over any threshold."""
