@@ -281,3 +281,29 @@ def test_uniform_random_strategy_spreads_without_looking_at_load():
     assert picks == {"a", "b", "c"}
     with pytest.raises(ValueError):
         _state("round-robin")
+
+
+@pytest.mark.parametrize("grace", [0, 1, 2])
+def test_grace_period_counts_whole_steps_like_pulsars_minutes(grace):
+    # One hot bundle ping-pongs between two brokers: after each move its new
+    # owner is the hot one.  An unload `grace` steps ago still protects it
+    # (doLoadShedding drops entries older than the grace period, not equal).
+    nss = ["t/hot", "t/c1", "t/c2", "t/c3"]
+    settings = Settings(default_bundles=1, history=0.0, min_throughput_mb=0, auto_split=False,
+                        grace_steps=grace, capacity=BrokerCapacity(msg_rate=1000))
+    sim = Simulation(nss, ["a", "b"], settings, [STRATEGIES[0]], seed=1)
+    hot = "t/hot/0x00000000_0xffffffff"
+    moved = []
+    for t in range(6):
+        samples = {f"{ns}/0x00000000_0xffffffff": BundleSample(
+            topics=2, msg_rate_in=800 if ns == "t/hot" else 10,
+            msg_throughput_in=1e6 if ns == "t/hot" else 1e4) for ns in nss}
+        rec = sim.step(t, samples)
+        sim.check()
+        moved += [d["step"] for d in rec.decisions
+                  if d["action"] == "unload" and d["bundle"] == hot]
+    assert moved[0] == 0
+    if grace == 0:
+        assert moved == [0, 1, 2, 3, 4, 5]       # free again the next step
+    else:
+        assert not set(range(1, grace + 1)) & set(moved)

@@ -420,8 +420,10 @@ class Simulation:
 
     def _shed(self, st: _StrategyState, t: int, loads: Mapping[str, BundleLoad],
               rec: StepRecord) -> None:
+        # doLoadShedding forgets an unload once it is older than the grace
+        # period: one unloaded `grace` minutes ago is still protected.
         grace = self.settings.grace_steps
-        recent = {b for b, at in st.unloaded_at.items() if t - at < grace}
+        recent = {b for b, at in st.unloaded_at.items() if t - at <= grace}
         plan = st.shedder.find_bundles_for_unloading(st.loads, loads, recent)
         row = rec.steps[-1]
         for broker, bundles in plan.items():

@@ -485,6 +485,6 @@ def _print_summary(res: RunResult, args) -> None:
           f"decisions {tm.get('decide_ms_per_step', 0):.1f} ms/step for "
           f"{len(STRATEGIES)} strategies, total {fmt_seconds(tm.get('total_s', 0))}")
     for r in summary_rows(res):
-        print(f"  {r['label']:<46} spread {r['mean_spread_pct']:5.1f}% (late "
-              f"{r['late_spread_pct']:5.1f}%), peak {r['peak_usage_pct']:5.1f}%, "
+        print(f"  {r['label']:<46} spread {r['mean_spread_pct']:5.1f} points (2nd half "
+              f"{r['late_spread_pct']:5.1f}), peak {r['peak_usage_pct']:5.1f}%, "
               f"{r['unloads']:,} unloads moving {r['moved_mib_per_s']:,.0f} MiB/s")
