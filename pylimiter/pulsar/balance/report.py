@@ -279,7 +279,10 @@ def write_report(res, out: Path, *, spark_version: Optional[str], command: str,
         "NIC; memory and direct memory are not modelled (weight 0 by default). Unloaded and "
         "split bundles are placed at once through Pulsar's selectBrokerForAssignment filters "
         "(broker max topics, fewest bundles of the namespace, overload re-check) on the load "
-        "data of the step.")
+        "data of the step. The first steps are a cold start: every bundle is placed blind on "
+        "Pulsar's default estimate for unseen bundles, and when most of them split at once "
+        "their children are placed on load data that still counts the parents, which can "
+        "leave a broker nearly empty for a step.")
     timing = [
         ("Spark: prepare (generate or read, hash, cache)", fmt_seconds(tm.get("prepare_s", 0))),
         ("Spark: per-step aggregation and split topics", fmt_seconds(tm.get("spark_s", 0))),
