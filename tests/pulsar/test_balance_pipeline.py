@@ -29,6 +29,81 @@ def _table(out, name):
     return pd.read_parquet(out / f"{name}.parquet")
 
 
+# ---- bad input (first: cheap jobs that warm the shared session up) --------------
+
+
+def _fail(spark, capsys, argv):
+    code = run(lambda a: main(a, spark=spark), PROG, argv)
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2, err
+    assert len(err) == 1 and "Traceback" not in err[0]
+    return err[0]
+
+
+GOOD = ("step,topic,msg_rate_in,msg_rate_out,msg_throughput_in,msg_throughput_out,"
+        "producers,consumers\n"
+        "0,persistent://a/b/t1,1,2,3,4,1,1\n"
+        "0,persistent://a/b/t2,1,2,3,4,1,1\n")
+
+
+@pytest.mark.parametrize("text, needle", [
+    (GOOD + "1,persistent://a/b/t1,abc,2,3,4,1,1\n", "row 3: column msg_rate_in"),
+    (GOOD + "1,persistent://a/b/t1,1,2,3,-4,1,1\n", "row 3: column msg_throughput_out"),
+    (GOOD + "1.5,persistent://a/b/t1,1,2,3,4,1,1\n", "row 3: column step"),
+    (GOOD + "1,not-a-topic,1,2,3,4,1,1\n", "row 3: column topic"),
+    (GOOD + "1,persistent://a/b/t1,1,2,3,4,,1\n", "row 3: column producers"),
+    (GOOD + "0,persistent://a/b/t1,1,2,3,4,1,1\n", "step 0 has topic persistent://a/b/t1 2 times"),
+    ("step,topic,msg_rate_in\n0,persistent://a/b/c,1\n", "missing columns msg_rate_out"),
+])
+def test_malformed_csv_is_one_line_naming_column_and_row(spark, capsys, tmp_path, text, needle):
+    path = tmp_path / "bad.csv"
+    path.write_text(text)
+    line = _fail(spark, capsys, ["simulate", "--input", str(path), "--out", str(tmp_path / "o"),
+                                 "--no-progress"])
+    assert needle in line and str(path) in line
+
+
+def test_malformed_json_line(spark, capsys, tmp_path):
+    path = tmp_path / "bad.jsonl"
+    good = ('{"step": 0, "topic": "persistent://a/b/t", "msg_rate_in": 1, "msg_rate_out": 1, '
+            '"msg_throughput_in": 1, "msg_throughput_out": 1, "producers": 1, "consumers": 1}\n')
+    path.write_text(good + "{oops\n")
+    line = _fail(spark, capsys, ["simulate", "--input", str(path), "--out", str(tmp_path / "o")])
+    assert "row 2 is not valid JSON" in line
+
+
+def test_parquet_with_wrong_types(spark, capsys, tmp_path):
+    path = tmp_path / "bad.parquet"
+    pd.DataFrame({"step": [0], "topic": [1], "msg_rate_in": [1.0], "msg_rate_out": [1.0],
+                  "msg_throughput_in": [1.0], "msg_throughput_out": [1.0], "producers": [1],
+                  "consumers": [1]}).to_parquet(path)
+    line = _fail(spark, capsys, ["simulate", "--input", str(path), "--out", str(tmp_path / "o")])
+    assert "column topic has type bigint, expected string" in line
+
+
+@pytest.mark.parametrize("name, needle", [("rows.txt", "unknown file type '.txt'"),
+                                          ("missing.csv", "no such file")])
+def test_unknown_or_missing_input(spark, capsys, tmp_path, name, needle):
+    path = tmp_path / name
+    if name != "missing.csv":
+        path.write_text(GOOD)
+    line = _fail(spark, capsys, ["simulate", "--input", str(path), "--out", str(tmp_path / "o")])
+    assert needle in line
+
+
+def test_option_combinations_that_do_not_fit(spark, capsys, tmp_path):
+    line = _fail(spark, capsys, ["simulate", "--split-algorithm", "specified_positions_divide",
+                                 "--out", str(tmp_path)])
+    assert "needs --split-positions" in line
+    line = _fail(spark, capsys, ["simulate", "--default-bundles", "64", "--max-bundles", "32",
+                                 "--out", str(tmp_path)])
+    assert "--default-bundles 64 is above --max-bundles 32" in line
+
+
+
+# ---- a small generated cluster end to end ----------------------------------------
+
+
 @pytest.fixture(scope="module")
 def small_run(spark, tmp_path_factory):
     out = tmp_path_factory.mktemp("balance")
@@ -146,77 +221,6 @@ def test_json_lines_and_parquet_inputs(spark, tmp_path):
         loads = _table(out, "bundle_loads")
         assert loads.groupby("step")["msg_rate_in"].sum().tolist() == [30.0, 30.0]
         assert loads.groupby("step")["topics"].sum().tolist() == [2, 2]
-
-
-# ---- bad input ---------------------------------------------------------------------------
-
-
-def _fail(spark, capsys, argv):
-    code = run(lambda a: main(a, spark=spark), PROG, argv)
-    err = capsys.readouterr().err.strip().splitlines()
-    assert code == 2, err
-    assert len(err) == 1 and "Traceback" not in err[0]
-    return err[0]
-
-
-GOOD = ("step,topic,msg_rate_in,msg_rate_out,msg_throughput_in,msg_throughput_out,"
-        "producers,consumers\n"
-        "0,persistent://a/b/t1,1,2,3,4,1,1\n"
-        "0,persistent://a/b/t2,1,2,3,4,1,1\n")
-
-
-@pytest.mark.parametrize("text, needle", [
-    (GOOD + "1,persistent://a/b/t1,abc,2,3,4,1,1\n", "row 3: column msg_rate_in"),
-    (GOOD + "1,persistent://a/b/t1,1,2,3,-4,1,1\n", "row 3: column msg_throughput_out"),
-    (GOOD + "1.5,persistent://a/b/t1,1,2,3,4,1,1\n", "row 3: column step"),
-    (GOOD + "1,not-a-topic,1,2,3,4,1,1\n", "row 3: column topic"),
-    (GOOD + "1,persistent://a/b/t1,1,2,3,4,,1\n", "row 3: column producers"),
-    (GOOD + "0,persistent://a/b/t1,1,2,3,4,1,1\n", "step 0 has topic persistent://a/b/t1 2 times"),
-    ("step,topic,msg_rate_in\n0,persistent://a/b/c,1\n", "missing columns msg_rate_out"),
-])
-def test_malformed_csv_is_one_line_naming_column_and_row(spark, capsys, tmp_path, text, needle):
-    path = tmp_path / "bad.csv"
-    path.write_text(text)
-    line = _fail(spark, capsys, ["simulate", "--input", str(path), "--out", str(tmp_path / "o"),
-                                 "--no-progress"])
-    assert needle in line and str(path) in line
-
-
-def test_malformed_json_line(spark, capsys, tmp_path):
-    path = tmp_path / "bad.jsonl"
-    good = ('{"step": 0, "topic": "persistent://a/b/t", "msg_rate_in": 1, "msg_rate_out": 1, '
-            '"msg_throughput_in": 1, "msg_throughput_out": 1, "producers": 1, "consumers": 1}\n')
-    path.write_text(good + "{oops\n")
-    line = _fail(spark, capsys, ["simulate", "--input", str(path), "--out", str(tmp_path / "o")])
-    assert "row 2 is not valid JSON" in line
-
-
-def test_parquet_with_wrong_types(spark, capsys, tmp_path):
-    path = tmp_path / "bad.parquet"
-    pd.DataFrame({"step": [0], "topic": [1], "msg_rate_in": [1.0], "msg_rate_out": [1.0],
-                  "msg_throughput_in": [1.0], "msg_throughput_out": [1.0], "producers": [1],
-                  "consumers": [1]}).to_parquet(path)
-    line = _fail(spark, capsys, ["simulate", "--input", str(path), "--out", str(tmp_path / "o")])
-    assert "column topic has type bigint, expected string" in line
-
-
-@pytest.mark.parametrize("name, needle", [("rows.txt", "unknown file type '.txt'"),
-                                          ("missing.csv", "no such file")])
-def test_unknown_or_missing_input(spark, capsys, tmp_path, name, needle):
-    path = tmp_path / name
-    if name != "missing.csv":
-        path.write_text(GOOD)
-    line = _fail(spark, capsys, ["simulate", "--input", str(path), "--out", str(tmp_path / "o")])
-    assert needle in line
-
-
-def test_option_combinations_that_do_not_fit(spark, capsys, tmp_path):
-    line = _fail(spark, capsys, ["simulate", "--split-algorithm", "specified_positions_divide",
-                                 "--out", str(tmp_path)])
-    assert "needs --split-positions" in line
-    line = _fail(spark, capsys, ["simulate", "--default-bundles", "64", "--max-bundles", "32",
-                                 "--out", str(tmp_path)])
-    assert "--default-bundles 64 is above --max-bundles 32" in line
 
 
 # ---- the command line, in a subprocess -----------------------------------------------------
