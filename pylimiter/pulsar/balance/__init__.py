@@ -6,9 +6,20 @@ pipeline that replays a cluster's topic load through them and compares
 strategies in ``reports/balance/index.html``.
 
 Each class names, in its docstring, the ``broker.conf`` keys its parameters
-stand for.  The pipeline (``pipeline``, ``generate``, ``report``) needs the
-``spark`` extra; this package's library needs nothing beyond the standard
-library.
+stand for.  Modules:
+
+``bundles``    topic_hash, Bundle, NamespaceBundles (NamespaceBundles,
+               NamespaceBundleFactory)
+``split``      the four NamespaceBundleSplitAlgorithm classes
+``splitter``   BundleSplitterTask
+``placement``  LeastLongTermMessageRate (and uniform random, for comparison)
+``shedding``   ThresholdShedder
+``load``       LocalBrokerData / BundleData / ResourceUsage / resource weights
+``cluster``    the leader's decision loop, several strategies side by side
+``generate``, ``source``, ``pipeline``, ``report``
+               the Spark replay and its HTML page (the ``spark`` extra)
+
+The library modules need nothing beyond the standard library.
 """
 
 from .bundles import FULL_LOWER_BOUND, FULL_UPPER_BOUND, Bundle, NamespaceBundles, topic_hash

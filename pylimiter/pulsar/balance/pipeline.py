@@ -32,7 +32,7 @@ from ..._cli import (
     subparsers,
     writable_dir,
 )
-from .cluster import STRATEGIES, BrokerCapacity, BundleSample, Settings, Simulation
+from .cluster import STRATEGIES, ZERO, BrokerCapacity, BundleSample, Settings, Simulation
 from .generate import GeneratorSpec
 from .load import LoadWeights
 from .split import MIB, SPLIT_ALGORITHMS, TopicStats
@@ -271,16 +271,14 @@ def simulate(spark, source, broker_names: Sequence[str], settings: Settings, see
             samples = pending.pop(current_step)
             timing["topic_rows"] += sum(s.topics for s in samples.values())
             for full in names:
-                s = samples.get(full)
+                s = samples.get(full, ZERO)
                 lo, hi = bounds[full]
                 res.bundle_loads.append(dict(
                     step=current_step, namespace=full.rsplit("/", 1)[0], bundle=full,
-                    lower=lo, upper=hi - 1, topics=s.topics if s else 0,
-                    sessions=s.sessions if s else 0,
-                    msg_rate_in=s.msg_rate_in if s else 0.0,
-                    msg_rate_out=s.msg_rate_out if s else 0.0,
-                    msg_throughput_in=s.msg_throughput_in if s else 0.0,
-                    msg_throughput_out=s.msg_throughput_out if s else 0.0))
+                    lower=lo, upper=hi - 1, topics=s.topics, sessions=s.sessions,
+                    msg_rate_in=s.msg_rate_in, msg_rate_out=s.msg_rate_out,
+                    msg_throughput_in=s.msg_throughput_in,
+                    msg_throughput_out=s.msg_throughput_out))
             rec = sim.step(current_step, samples, topics_of)
             try:
                 sim.check()
