@@ -268,3 +268,22 @@ def test_cli_usage_errors_are_one_line_exit_2(argv, needle):
     lines = proc.stderr.strip().splitlines()
     assert needle in lines[-1], proc.stderr
     assert "Traceback" not in proc.stderr and "at org.apache" not in proc.stderr
+
+
+def test_settings_from_the_command_line():
+    from pylimiter.pulsar.balance.load import LoadWeights
+    from pylimiter.pulsar.balance.pipeline import settings_from
+
+    args = build_parser().parse_args(["simulate"])
+    s = settings_from(args)
+    assert s.weights == LoadWeights() and s.max_bundles == 128 and s.grace_steps == 30
+    assert s.capacity.bandwidth_in == 200 * 1024 * 1024
+    args = build_parser().parse_args([
+        "simulate", "--weights", "cpu=2,direct-memory=0.5", "--split-algorithm",
+        "specified_positions_divide", "--split-positions", "0x40000000,3221225472",
+        "--no-unload-split-bundles", "--lower-boundary-shedding", "--max-sessions", "0"])
+    s = settings_from(args)
+    assert s.weights == LoadWeights(cpu=2, direct_memory=0.5)
+    assert s.split_positions == (0x40000000, 0xC0000000)
+    assert not s.auto_unload_split_bundles and s.lower_boundary_shedding
+    assert s.max_sessions == 0

@@ -76,7 +76,8 @@ def _positions(text: str) -> tuple[int, ...]:
 
 def _weights(text: str) -> LoadWeights:
     names = ("cpu", "memory", "direct_memory", "bandwidth_in", "bandwidth_out")
-    vals = {}
+    base = LoadWeights()
+    vals = {n: getattr(base, n) for n in names}
     for part in text.split(","):
         key, _, val = part.partition("=")
         key = key.strip().replace("-", "_")
@@ -153,10 +154,10 @@ def build_parser() -> argparse.ArgumentParser:
                     help="loadBalancerSheddingGracePeriodMinutes, in steps")
     sh.add_argument("--broker-max-topics", type=positive_int, default=50000,
                     help="loadBalancerBrokerMaxTopics")
-    sh.add_argument("--weights", type=_weights, default=LoadWeights(), metavar="NAME=W,...",
-                    help="loadBalancer*ResourceWeight (cpu, memory, direct_memory, "
-                         "bandwidth_in, bandwidth_out); default cpu=1,memory=0,direct_memory=0,"
-                         "bandwidth_in=1,bandwidth_out=1")
+    # A string default: argparse runs it through _weights, and --help shows it.
+    sh.add_argument("--weights", type=_weights, metavar="NAME=W,...",
+                    default="cpu=1,memory=0,direct_memory=0,bandwidth_in=1,bandwidth_out=1",
+                    help="loadBalancer*ResourceWeight by name (others keep Pulsar's default)")
     run = p.add_argument_group("run")
     run.add_argument("--master", default="local[*]",
                      help="Spark master: local[N], spark://host:port, yarn, k8s://...")
