@@ -6,7 +6,7 @@ PURE_VENV ?= .venv-pure
 
 .PHONY: all venv build debug test test-c test-py test-pure test-pythons bench bench-micro asv java clean \
 	wheels check-wheels wheel-cp311 test-aarch64 model-check relacy proto \
-	cursor-sim cursor-bench cache-sim cache-bench
+	cursor-sim cursor-bench cache-sim cache-bench balance
 
 all: build
 
@@ -150,6 +150,14 @@ cache-sim: build java
 
 cache-bench: build
 	$(PY) -m benchmarks.cache_bench
+
+# Bundle load balancing (issue 10): the generated 600K-topic, 200-namespace,
+# 20-broker, 60-step cluster through Pulsar's splitter, two placements and
+# ThresholdShedder on/off on Spark local[*]; reports/balance/index.html.
+# BALANCE_ARGS="--input rows.parquet --brokers 12 ..." replays your own load.
+BALANCE_ARGS ?=
+balance: build java
+	$(PY) -m pylimiter.pulsar.balance simulate --out reports/balance $(BALANCE_ARGS)
 
 # Regenerate the committed protobuf module from its .proto with the pinned
 # grpcio-tools (tests/pulsar/test_protocol_gencode.py checks they agree).

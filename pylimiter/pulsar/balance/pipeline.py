@@ -1,0 +1,489 @@
+"""``python -m pylimiter.pulsar.balance simulate``: replay a cluster's topic
+load through Pulsar's load manager, for four strategies side by side.
+
+Spark does the data-parallel part (``source``): it generates or reads one
+row per topic per step and sums the rows into the bundles of the current
+layout.  The driver runs the decision loop (``cluster``) on those bundle
+loads, one step at a time, as Pulsar's leader broker does, and hands the
+next layout back to Spark.  Results go to ``--out``: Parquet + CSV tables and
+``index.html`` (``report``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import time
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Optional, Sequence
+
+from ..._cli import (
+    UsageError,
+    fmt_rate,
+    fmt_seconds,
+    make_parser,
+    non_negative_int,
+    positive_float,
+    positive_int,
+    require,
+    subparsers,
+    writable_dir,
+)
+from .cluster import STRATEGIES, ZERO, BrokerCapacity, BundleSample, Settings, Simulation
+from .generate import GeneratorSpec
+from .load import LoadWeights
+from .split import MIB, SPLIT_ALGORITHMS, TopicStats
+
+PROG = "python -m pylimiter.pulsar.balance"
+DEFAULT_OUT = Path("reports/balance")
+#: At most this many quiet steps are aggregated in one Spark job.
+MAX_BATCH = 8
+
+
+# ---- arguments -----------------------------------------------------------------------
+
+
+def _non_negative_float(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not (v >= 0 and v != float("inf")):
+        raise argparse.ArgumentTypeError(f"must be a finite number >= 0, got {text}")
+    return v
+
+
+def _fraction(text: str) -> float:
+    v = _non_negative_float(text)
+    if v > 1:
+        raise argparse.ArgumentTypeError(f"must be between 0 and 1, got {text}")
+    return v
+
+
+def _positions(text: str) -> tuple[int, ...]:
+    try:
+        vals = tuple(int(x, 0) for x in text.split(",") if x.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected comma-separated hashes (e.g. 0x40000000,0x80000000), got {text!r}") from None
+    if not vals or any(not 0 <= v <= 0xFFFFFFFF for v in vals):
+        raise argparse.ArgumentTypeError(f"positions must be within 0..0xffffffff, got {text!r}")
+    return vals
+
+
+def _weights(text: str) -> LoadWeights:
+    names = ("cpu", "memory", "direct_memory", "bandwidth_in", "bandwidth_out")
+    base = LoadWeights()
+    vals = {n: getattr(base, n) for n in names}
+    for part in text.split(","):
+        key, _, val = part.partition("=")
+        key = key.strip().replace("-", "_")
+        if key not in names or not val:
+            raise argparse.ArgumentTypeError(
+                f"expected name=weight pairs with names {', '.join(names)}, got {part!r}")
+        vals[key] = _non_negative_float(val)
+    return LoadWeights(**vals)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = make_parser(PROG, "Pulsar bundle load balancing: replay a cluster's topic load "
+                           "through the load manager and compare strategies.")
+    sub = subparsers(ap, dest="command", required=True, metavar="COMMAND")
+    p = sub.add_parser(
+        "simulate", help="run the load manager over generated or recorded topic load",
+        description="Replay topic load (generated, or --input) step by step through Pulsar's "
+                    "bundle splitting, LeastLongTermMessageRate vs uniform random placement and "
+                    "ThresholdShedder on/off, side by side; write tables and an HTML report.")
+    src = p.add_argument_group("input (a generated cluster unless --input is given)")
+    src.add_argument("--input", type=Path, default=None, metavar="PATH",
+                     help="Parquet, CSV (with header) or JSON lines: one row per topic per step "
+                          "with step, topic, msg_rate_in, msg_rate_out, msg_throughput_in, "
+                          "msg_throughput_out (bytes/s), producers, consumers")
+    src.add_argument("--topics", type=positive_int, default=600_000, help="generated topics")
+    src.add_argument("--namespaces", type=positive_int, default=200,
+                     help="generated namespaces")
+    src.add_argument("--steps", type=positive_int, default=60,
+                     help="generated steps (load-manager ticks of a minute)")
+    src.add_argument("--seed", type=int, default=1,
+                     help="seed of the generated cluster and of every random choice")
+    cl = p.add_argument_group("brokers (the usage model: CPU from msg/s, bandwidth from bytes/s)")
+    cl.add_argument("--brokers", type=positive_int, default=20, help="brokers in the cluster")
+    cl.add_argument("--broker-msg-rate", type=positive_float, default=200_000,
+                    help="messages/s (in+out) a broker handles at 100%% CPU")
+    cl.add_argument("--broker-bandwidth-mbytes", type=positive_float, default=200,
+                    help="NIC capacity per direction, MiB/s")
+    sp = p.add_argument_group("bundle splitting")
+    sp.add_argument("--split-algorithm", choices=SPLIT_ALGORITHMS, default="range_equally_divide",
+                    help="defaultNamespaceBundleSplitAlgorithm")
+    sp.add_argument("--split-positions", type=_positions, default=None, metavar="H1,H2,...",
+                    help="hash positions for specified_positions_divide")
+    sp.add_argument("--default-bundles", type=positive_int, default=4,
+                    help="defaultNumberOfNamespaceBundles")
+    sp.add_argument("--max-topics", type=non_negative_int, default=1000,
+                    help="loadBalancerNamespaceBundleMaxTopics")
+    sp.add_argument("--max-sessions", type=non_negative_int, default=1000,
+                    help="loadBalancerNamespaceBundleMaxSessions (0: no limit)")
+    sp.add_argument("--max-msg-rate", type=_non_negative_float, default=30000,
+                    help="loadBalancerNamespaceBundleMaxMsgRate, msg/s")
+    sp.add_argument("--max-bandwidth-mbytes", type=_non_negative_float, default=100,
+                    help="loadBalancerNamespaceBundleMaxBandwidthMbytes, MiB/s")
+    sp.add_argument("--max-bundles", type=positive_int, default=128,
+                    help="loadBalancerNamespaceMaximumBundles")
+    sp.add_argument("--flow-threshold-pct", type=_non_negative_float, default=10,
+                    help="flowOrQpsDifferenceThresholdPercentage")
+    sp.add_argument("--no-auto-split", action="store_true",
+                    help="loadBalancerAutoBundleSplitEnabled=false")
+    sp.add_argument("--no-unload-split-bundles", action="store_true",
+                    help="loadBalancerAutoUnloadSplitBundlesEnabled=false: split children stay "
+                         "on the parent's broker")
+    sh = p.add_argument_group("placement and shedding")
+    sh.add_argument("--overload-threshold-pct", type=_non_negative_float, default=85,
+                    help="loadBalancerBrokerOverloadedThresholdPercentage")
+    sh.add_argument("--threshold-pct", type=_non_negative_float, default=10,
+                    help="loadBalancerBrokerThresholdShedderPercentage")
+    sh.add_argument("--history", type=_fraction, default=0.9,
+                    help="loadBalancerHistoryResourcePercentage")
+    sh.add_argument("--min-throughput-mb", type=_non_negative_float, default=10,
+                    help="loadBalancerBundleUnloadMinThroughputThreshold, MB/s")
+    sh.add_argument("--lower-boundary-shedding", action="store_true",
+                    help="lowerBoundarySheddingEnabled=true")
+    sh.add_argument("--grace-steps", type=non_negative_int, default=30,
+                    help="loadBalancerSheddingGracePeriodMinutes, in steps")
+    sh.add_argument("--broker-max-topics", type=positive_int, default=50000,
+                    help="loadBalancerBrokerMaxTopics")
+    # A string default: argparse runs it through _weights, and --help shows it.
+    sh.add_argument("--weights", type=_weights, metavar="NAME=W,...",
+                    default="cpu=1,memory=0,direct_memory=0,bandwidth_in=1,bandwidth_out=1",
+                    help="loadBalancer*ResourceWeight by name (others keep Pulsar's default)")
+    run = p.add_argument_group("run")
+    run.add_argument("--master", default="local[*]",
+                     help="Spark master: local[N], spark://host:port, yarn, k8s://...")
+    run.add_argument("--out", type=writable_dir, default=DEFAULT_OUT,
+                     help="output folder (tables and index.html)")
+    run.add_argument("--no-progress", action="store_true", help="no progress bars")
+    run.add_argument("--no-report", action="store_true", help="tables only, no plots or HTML")
+    return ap
+
+
+def settings_from(args) -> Settings:
+    """The Settings the command line describes (a UsageError if they do not
+    fit together)."""
+    if args.split_algorithm == "specified_positions_divide" and not args.split_positions:
+        raise UsageError("--split-algorithm specified_positions_divide needs --split-positions")
+    if args.default_bundles > args.max_bundles:
+        raise UsageError(f"--default-bundles {args.default_bundles} is above --max-bundles "
+                         f"{args.max_bundles}")
+    cap = BrokerCapacity(msg_rate=args.broker_msg_rate,
+                         bandwidth_in=args.broker_bandwidth_mbytes * MIB,
+                         bandwidth_out=args.broker_bandwidth_mbytes * MIB)
+    return Settings(
+        default_bundles=args.default_bundles, split_algorithm=args.split_algorithm,
+        split_positions=args.split_positions, auto_split=not args.no_auto_split,
+        auto_unload_split_bundles=not args.no_unload_split_bundles, max_topics=args.max_topics,
+        max_sessions=args.max_sessions, max_msg_rate=args.max_msg_rate,
+        max_bandwidth_mbytes=args.max_bandwidth_mbytes, max_bundles=args.max_bundles,
+        flow_threshold_pct=args.flow_threshold_pct,
+        overload_threshold_pct=args.overload_threshold_pct, threshold_pct=args.threshold_pct,
+        history=args.history, min_throughput_mb=args.min_throughput_mb,
+        lower_boundary_shedding=args.lower_boundary_shedding, grace_steps=args.grace_steps,
+        broker_max_topics=args.broker_max_topics, weights=args.weights, capacity=cap)
+
+
+# ---- the run ----------------------------------------------------------------------------
+
+
+@dataclass
+class RunResult:
+    """Everything a run produced: the tables as lists of row dicts, and
+    the timings."""
+
+    settings: Settings
+    namespaces: list[str]
+    brokers: list[str]
+    steps: list[dict] = field(default_factory=list)
+    broker_steps: list[dict] = field(default_factory=list)
+    decisions: list[dict] = field(default_factory=list)
+    bundle_loads: list[dict] = field(default_factory=list)
+    ownership: list[dict] = field(default_factory=list)
+    bundles: list[dict] = field(default_factory=list)
+    timings: dict = field(default_factory=dict)
+
+
+def _samples(rows, names) -> dict:
+    out = {}
+    for r in rows:
+        out[names[r.bidx]] = BundleSample(r.topics, r.sessions, r.msg_rate_in, r.msg_rate_out,
+                                          r.msg_throughput_in, r.msg_throughput_out)
+    return out
+
+
+def simulate(spark, source, broker_names: Sequence[str], settings: Settings, seed: int = 1,
+             progress: bool = False) -> RunResult:
+    """Run every step of ``source`` through the decision loop; nothing is
+    written.  Raises RuntimeError if an invariant breaks (a bundle without
+    exactly one live owner, a namespace over max_bundles)."""
+    from ...spark.progress import StepProgress
+
+    sim = Simulation(source.namespaces, list(broker_names), settings, STRATEGIES, seed)
+    ns_index = {ns: i for i, ns in enumerate(source.namespaces)}
+    res = RunResult(settings, list(source.namespaces), list(broker_names))
+    timing = defaultdict(float)
+    decide_per_step: list[float] = []
+    steps = list(source.steps)
+    pending: dict[int, dict] = {}
+    names: list[str] = []
+    bounds: dict[str, tuple[int, int]] = {}
+    batch = 1
+    now = {"step": 0}
+
+    def topics_of(picks):
+        t0 = time.perf_counter()
+        rows = [(ns_index[name.rsplit("/", 1)[0]], b.lower, b.upper + 1 if b.last else b.upper, i)
+                for i, (name, b) in enumerate(picks)]
+        out: dict[str, dict] = {name: {} for name, _ in picks}
+        for r in source.topics_in(now["step"], source.layout_view(rows)):
+            out[picks[r["bidx"]][0]][r["topic"]] = TopicStats(
+                r["msg_rate_in"], r["msg_rate_out"], r["msg_throughput_in"],
+                r["msg_throughput_out"], r["producers"], r["consumers"])
+        timing["spark_s"] += time.perf_counter() - t0
+        return out
+
+    wall0 = time.perf_counter()
+    with StepProgress("steps", len(steps), progress) as bar:
+        for i, current_step in enumerate(steps):
+            now["step"] = current_step
+            if current_step not in pending:
+                layout = sim.layout()
+                names = [full for _, full, _, _ in layout]
+                bounds = {full: (lo, hi) for _, full, lo, hi in layout}
+                chunk = steps[i:i + batch]
+                t0 = time.perf_counter()
+                rows = source.aggregate(chunk, source.layout_view(
+                    [(ns_index[ns], lo, hi, k) for k, (ns, _, lo, hi) in enumerate(layout)]))
+                timing["spark_s"] += time.perf_counter() - t0
+                timing["spark_jobs"] += 1
+                by_step = defaultdict(list)
+                for r in rows:
+                    by_step[r.step].append(r)
+                pending = {s: _samples(by_step[s], names) for s in chunk}
+            samples = pending.pop(current_step)
+            timing["topic_rows"] += sum(s.topics for s in samples.values())
+            for full in names:
+                s = samples.get(full, ZERO)
+                lo, hi = bounds[full]
+                res.bundle_loads.append(dict(
+                    step=current_step, namespace=full.rsplit("/", 1)[0], bundle=full,
+                    lower=lo, upper=hi - 1, topics=s.topics, sessions=s.sessions,
+                    msg_rate_in=s.msg_rate_in, msg_rate_out=s.msg_rate_out,
+                    msg_throughput_in=s.msg_throughput_in,
+                    msg_throughput_out=s.msg_throughput_out))
+            rec = sim.step(current_step, samples, topics_of)
+            try:
+                sim.check()
+            except AssertionError as exc:
+                raise RuntimeError(f"invariant broken at step {current_step}: {exc}") from None
+            decide_per_step.append(rec.decide_cpu_s)
+            res.steps.extend(rec.steps)
+            res.broker_steps.extend(rec.brokers)
+            res.decisions.extend(rec.decisions)
+            if rec.splits:
+                # Steps already aggregated on the old layout go through again.
+                timing["steps_aggregated_twice"] += len(pending)
+                pending.clear()
+                batch = 1
+            else:
+                batch = min(batch * 2, MAX_BATCH)
+            bar.advance()
+    timing["loop_wall_s"] = time.perf_counter() - wall0
+    timing["decide_s"] = sum(decide_per_step)
+    timing["decide_ms_per_step"] = 1e3 * timing["decide_s"] / max(len(steps), 1)
+    timing["decide_ms_per_step_max"] = 1e3 * max(decide_per_step, default=0.0)
+    timing["steps"] = len(steps)
+    timing["splits"] = sim.total_splits
+    res.timings = dict(timing)
+    res.ownership = sim.ownership()
+    for ns, nb in sim.layouts.items():
+        for b in nb.bundles:
+            full = f"{ns}/{b.name}"
+            res.bundles.append(dict(namespace=ns, bundle=full, lower=b.lower, upper=b.upper,
+                                    last=b.last, created_step=sim.created.get(full, 0)))
+    return res
+
+
+# ---- output --------------------------------------------------------------------------
+
+
+TABLES = ("steps", "brokers", "decisions", "bundle_loads", "bundles", "ownership", "summary")
+
+
+def summary_rows(res: RunResult) -> list[dict]:
+    """One row per strategy: what an operator compares."""
+    import pandas as pd
+
+    steps = pd.DataFrame(res.steps)
+    rows = []
+    n_steps = steps["step"].nunique()
+    tail_from = sorted(steps["step"].unique())[n_steps // 2]
+    for sp in STRATEGIES:
+        s = steps[steps["strategy"] == sp.key]
+        tail = s[s["step"] >= tail_from]
+        rows.append(dict(
+            strategy=sp.key, label=sp.label,
+            peak_usage_pct=float(s["max_usage"].max()),
+            mean_max_usage_pct=float(s["max_usage"].mean()),
+            mean_spread_pct=float(s["spread"].mean()),
+            late_spread_pct=float(tail["spread"].mean()),
+            mean_stdev_pct=float(s["stdev"].mean()),
+            overloaded_broker_steps=int(s["overloaded"].sum()),
+            unloads=int(s["unloads"].sum()),
+            moved_mib_per_s=float(s["moved_bytes_per_s"].sum() / MIB),
+            assignments=int(s["assignments"].sum()),
+            splits=int(s["splits"].sum())))
+    return rows
+
+
+def write_tables(spark, res: RunResult, out: Path) -> list[str]:
+    """Write every table as Parquet + CSV under ``out``; returns the names."""
+    import pandas as pd
+
+    from ...spark.session import write_table
+
+    frames = {
+        "steps": pd.DataFrame(res.steps),
+        "brokers": pd.DataFrame(res.broker_steps),
+        "decisions": pd.DataFrame(res.decisions, columns=[
+            "strategy", "step", "action", "bundle", "namespace", "from_broker", "to_broker",
+            "throughput", "msg_rate", "detail"]),
+        "bundle_loads": pd.DataFrame(res.bundle_loads),
+        "bundles": pd.DataFrame(res.bundles),
+        "ownership": pd.DataFrame(res.ownership),
+        "summary": pd.DataFrame(summary_rows(res)),
+    }
+    for name, df in frames.items():
+        if name == "decisions" and df.empty:
+            df = df.astype({"step": "int64", "throughput": "float64", "msg_rate": "float64"})
+        write_table(spark.createDataFrame(df) if not df.empty else _empty(spark, df), out, name)
+    (out / "timings.json").write_text(json.dumps(res.timings, indent=2, sort_keys=True))
+    return list(frames)
+
+
+def _empty(spark, df):
+    from pyspark.sql import types as T
+
+    kinds = {"int64": T.LongType(), "float64": T.DoubleType(), "bool": T.BooleanType()}
+    return spark.createDataFrame([], T.StructType([
+        T.StructField(c, kinds.get(str(df[c].dtype), T.StringType())) for c in df.columns]))
+
+
+# ---- the command -------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def sql_conf(spark, values: dict):
+    """Set Spark SQL settings for the block and put the old values back (a
+    session handed in by a caller, the tests' shared one, stays as it was)."""
+    old = {k: spark.conf.get(k, None) for k in values}
+    for k, v in values.items():
+        spark.conf.set(k, v)
+    try:
+        yield
+    finally:
+        for k, v in old.items():
+            if v is None:
+                spark.conf.unset(k)
+            else:
+                spark.conf.set(k, v)
+
+
+def _run_conf(spark) -> dict:
+    # Each step is a small job (one scan, a few thousand groups): adaptive
+    # re-planning costs more than it saves, and a handful of shuffle
+    # partitions is plenty for the final aggregation.
+    # Arrow turns the result tables (pandas) into DataFrames without
+    # pickling them row by row.
+    cores = spark.sparkContext.defaultParallelism
+    return {"spark.sql.adaptive.enabled": "false",
+            "spark.sql.shuffle.partitions": str(min(8, max(1, cores))),
+            "spark.sql.execution.arrow.pyspark.enabled": "true"}
+
+
+def _describe(args) -> str:
+    if args.input:
+        return f"replaying {args.input}"
+    return (f"generating {args.topics:,} topics in {args.namespaces} namespaces x "
+            f"{args.steps} steps (seed {args.seed})")
+
+
+def main(argv: Optional[Sequence[str]] = None, *, spark=None) -> int:
+    """``simulate``: returns 0; UsageError for bad input (exit 2 via
+    ``pylimiter._cli.run``)."""
+    from ...spark.report import command_line
+    from ...spark.session import check_master, spark_session
+
+    args = build_parser().parse_args(argv)
+    settings = settings_from(args)
+    require(["pyspark", "pandas", "matplotlib", "rich"], "spark")
+    if spark is None:
+        check_master(args.master)
+    print(f"{PROG} simulate: {_describe(args)}; {args.brokers} brokers; "
+          f"{args.split_algorithm}; Spark {args.master if spark is None else 'session given'}",
+          flush=True)
+    from ...spark.progress import JobProgress
+    from .report import write_report
+    from .source import GeneratedSource, open_source
+
+    spec = GeneratorSpec(topics=args.topics, namespaces=args.namespaces, steps=args.steps,
+                         seed=args.seed)
+    brokers = [f"broker-{i:02d}" for i in range(1, args.brokers + 1)]
+    t_all = time.perf_counter()
+    with spark_session(args.master, app_name="pylimiter-balance", spark=spark,
+                       conf={"spark.driver.memory": "2g"}) as session:
+        with sql_conf(session, _run_conf(session)):
+            t0 = time.perf_counter()
+            source = open_source(session, args.input, spec)
+            try:
+                parts = (source.topics_df if isinstance(source, GeneratedSource)
+                         else source.facts).rdd.getNumPartitions()
+                with JobProgress(session.sparkContext, "prepare", parts + 1,
+                                 not args.no_progress):
+                    n_prepared = source.prepare()
+                prepare_s = time.perf_counter() - t0
+                res = simulate(session, source, brokers, settings, seed=args.seed,
+                               progress=not args.no_progress)
+            finally:
+                source.close()
+            res.timings.update(prepare_s=prepare_s, prepared_rows=n_prepared,
+                               master=session.sparkContext.master)
+            t1 = time.perf_counter()
+            tables = write_tables(session, res, args.out)
+            res.timings["write_s"] = time.perf_counter() - t1
+        spark_version = session.version
+    if not args.no_report:
+        t1 = time.perf_counter()
+        index = write_report(res, args.out, spark_version=spark_version,
+                             command=command_line(f"{PROG}", argv), tables=tables,
+                             source=_describe(args))
+        res.timings["report_s"] = time.perf_counter() - t1
+    res.timings["total_s"] = time.perf_counter() - t_all
+    (args.out / "timings.json").write_text(json.dumps(res.timings, indent=2, sort_keys=True))
+    _print_summary(res, args)
+    if not args.no_report:
+        print(f"report: {index}")
+    return 0
+
+
+def _print_summary(res: RunResult, args) -> None:
+    tm = res.timings
+    rows = tm.get("topic_rows", 0)
+    print(f"{int(rows):,} topic rows, {len(res.bundles):,} bundles at the end after "
+          f"{int(tm.get('splits', 0)):,} splits; Spark {fmt_seconds(tm.get('spark_s', 0))} "
+          f"({fmt_rate(rows / tm['spark_s'], 'topic rows') if tm.get('spark_s') else 'n/a'}), "
+          f"decisions {tm.get('decide_ms_per_step', 0):.1f} ms/step for "
+          f"{len(STRATEGIES)} strategies, total {fmt_seconds(tm.get('total_s', 0))}")
+    for r in summary_rows(res):
+        print(f"  {r['label']:<46} spread {r['mean_spread_pct']:5.1f} points (2nd half "
+              f"{r['late_spread_pct']:5.1f}), peak {r['peak_usage_pct']:5.1f}%, "
+              f"{r['unloads']:,} unloads moving {r['moved_mib_per_s']:,.0f} MiB/s")

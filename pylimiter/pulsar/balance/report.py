@@ -1,0 +1,300 @@
+"""``reports/balance/index.html``: the four strategies side by side, with the
+verdict computed from the run."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional, Sequence
+
+from ..._cli import fmt_seconds
+from ...spark.report import (
+    FIGURE_DPI,
+    FULL_WIDTH_IN,
+    ReportPage,
+    environment,
+    pyplot,
+    save_figure,
+)
+from .cluster import STRATEGIES
+from .split import MIB
+
+__all__ = ["verdict", "write_report"]
+
+COLORS = {"lltmr+shed": "#1f77b4", "lltmr": "#ff7f0e", "random+shed": "#2ca02c",
+          "random": "#d62728"}
+LABELS = {s.key: s.label for s in STRATEGIES}
+
+
+def _frames(res):
+    import pandas as pd
+
+    from .pipeline import summary_rows
+
+    return (pd.DataFrame(res.steps), pd.DataFrame(res.broker_steps),
+            pd.DataFrame(res.bundle_loads), pd.DataFrame(res.bundles),
+            pd.DataFrame(summary_rows(res)))
+
+
+def verdict(summary, steps, bundle_loads, res) -> str:
+    """The paragraph a reader takes away, from the numbers of this run."""
+    by = {r["strategy"]: r for r in summary.to_dict("records")}
+    best = min(by.values(), key=lambda r: r["late_spread_pct"])
+    shed, plain, rnd = by["lltmr+shed"], by["lltmr"], by["random"]
+    first = bundle_loads["step"].min()
+    start = int((bundle_loads["step"] == first).sum())
+    parts = [
+        f"In the second half of the run, {best['label']} kept the brokers closest together: "
+        f"the busiest and the idlest broker were {best['late_spread_pct']:.1f} points of usage "
+        f"apart on average, against {plain['late_spread_pct']:.1f} for LeastLongTermMessageRate "
+        f"without shedding and {rnd['late_spread_pct']:.1f} for uniform random placement "
+        f"without shedding.",
+        f"The busiest broker peaked at {shed['peak_usage_pct']:.0f}% with "
+        f"LeastLongTermMessageRate + ThresholdShedder and at {plain['peak_usage_pct']:.0f}% "
+        f"without shedding; brokers spent {shed['overloaded_broker_steps']} and "
+        f"{plain['overloaded_broker_steps']} broker-steps above the "
+        f"{res.settings.overload_threshold_pct:g}% overload threshold.",
+        f"ThresholdShedder did this with {shed['unloads']:,} unloads that moved "
+        f"{shed['moved_mib_per_s']:,.0f} MiB/s of traffic in total "
+        f"({by['random+shed']['unloads']:,} unloads behind uniform random placement).",
+        f"Splitting ({res.settings.split_algorithm}) took the cluster from {start:,} to "
+        f"{len(res.bundles):,} bundles in {int(res.timings.get('splits', 0)):,} splits.",
+    ]
+    if shed["late_spread_pct"] >= plain["late_spread_pct"]:
+        parts.append("Shedding did not narrow the spread here: with these settings the "
+                     "imbalance stayed under the shedding threshold or the minimum throughput "
+                     "to move.")
+    return " ".join(parts)
+
+
+def _usage_figure(steps, settings, out: Path) -> Path:
+    plt = pyplot()
+    fig, axes = plt.subplots(2, 2, figsize=(FULL_WIDTH_IN, 7.2), sharex=True, sharey=True)
+    top = max(100.0, float(steps["max_usage"].max()) * 1.05)
+    for ax, sp in zip(axes.flat, STRATEGIES):
+        s = steps[steps["strategy"] == sp.key].sort_values("step")
+        c = COLORS[sp.key]
+        ax.fill_between(s["step"], s["min_usage"], s["max_usage"], color=c, alpha=0.25,
+                        label="min to max broker")
+        ax.plot(s["step"], s["max_usage"], color=c, lw=1.2)
+        ax.plot(s["step"], s["min_usage"], color=c, lw=1.2)
+        ax.plot(s["step"], s["mean_usage"], color="black", lw=1.4, ls="--", label="mean")
+        ax.axhline(settings.overload_threshold_pct, color="grey", lw=1, ls=":",
+                   label=f"overload threshold {settings.overload_threshold_pct:g}%")
+        ax.set_title(sp.label, fontsize=11)
+        ax.set_ylim(0, top)
+        ax.grid(alpha=0.3)
+    for ax in axes[1]:
+        ax.set_xlabel("step (load-manager tick)")
+    for ax in axes[:, 0]:
+        ax.set_ylabel("broker usage, % (weighted max)")
+    axes[0, 0].legend(loc="upper left", fontsize=9)
+    return save_figure(fig, out / "usage.png")
+
+
+def _spread_figure(steps, out: Path) -> Path:
+    plt = pyplot()
+    fig, (a, b) = plt.subplots(1, 2, figsize=(FULL_WIDTH_IN, 3.8))
+    for sp in STRATEGIES:
+        s = steps[steps["strategy"] == sp.key].sort_values("step")
+        a.plot(s["step"], s["spread"], color=COLORS[sp.key], lw=1.5, label=sp.label)
+        b.plot(s["step"], s["stdev"], color=COLORS[sp.key], lw=1.5, label=sp.label)
+    a.set_title("spread: busiest minus idlest broker")
+    b.set_title("standard deviation of broker usage")
+    for ax in (a, b):
+        ax.set_xlabel("step")
+        ax.set_ylabel("usage points")
+        ax.set_ylim(bottom=0)
+        ax.grid(alpha=0.3)
+    a.legend(fontsize=9)
+    return save_figure(fig, out / "spread.png")
+
+
+def _bundles_figure(steps, bundle_loads, bundles, settings, out: Path) -> Path:
+    plt = pyplot()
+    fig, (a, b) = plt.subplots(1, 2, figsize=(FULL_WIDTH_IN, 4.2))
+    per_step = bundle_loads.groupby("step").size()
+    first = steps[steps["strategy"] == STRATEGIES[0].key].sort_values("step")
+    a.plot(per_step.index, per_step.values, color="black", lw=1.8, label="bundles")
+    a.set_xlabel("step")
+    a.set_ylabel("bundles in the cluster")
+    a2 = a.twinx()
+    a2.bar(first["step"], first["splits"], color="#9467bd", alpha=0.5, label="splits")
+    a2.set_ylabel("splits in the step")
+    a.set_title("bundles over time, and splits per step")
+    a.grid(alpha=0.3)
+    last = bundle_loads[bundle_loads["step"] == bundle_loads["step"].max()]
+    topics = last.groupby("namespace")["topics"].sum()
+    count = bundles.groupby("namespace").size()
+    b.scatter(topics.reindex(count.index).fillna(0), count.values, s=14, color="#9467bd",
+              alpha=0.7)
+    b.axhline(settings.max_bundles, color="grey", ls=":", lw=1,
+              label=f"loadBalancerNamespaceMaximumBundles = {settings.max_bundles}")
+    b.axhline(settings.default_bundles, color="grey", ls="--", lw=1,
+              label=f"defaultNumberOfNamespaceBundles = {settings.default_bundles}")
+    b.set_xlabel("topics in the namespace (last step)")
+    b.set_ylabel("bundles of the namespace (end)")
+    b.set_title(f"bundles per namespace ({len(count)} namespaces)")
+    b.legend(fontsize=9)
+    b.grid(alpha=0.3)
+    return save_figure(fig, out / "bundles.png")
+
+
+def _activity_figure(steps, out: Path) -> Path:
+    plt = pyplot()
+    fig, (a, b) = plt.subplots(1, 2, figsize=(FULL_WIDTH_IN, 3.8))
+    shedding = [sp for sp in STRATEGIES if sp.shedding]   # the others never unload
+    width = 0.8 / len(shedding)
+    for i, sp in enumerate(shedding):
+        s = steps[steps["strategy"] == sp.key].sort_values("step")
+        x = s["step"] + (i - (len(shedding) - 1) / 2) * width
+        a.bar(x, s["unloads"], width=width, color=COLORS[sp.key], label=sp.label)
+        b.bar(x, s["moved_bytes_per_s"] / MIB, width=width, color=COLORS[sp.key],
+              label=sp.label)
+    a.set_title("bundles unloaded per step")
+    a.set_ylabel("unloads")
+    b.set_title("traffic moved by unloads per step")
+    b.set_ylabel("MiB/s moved")
+    for ax in (a, b):
+        ax.set_xlabel("step")
+        ax.grid(alpha=0.3, axis="y")
+    a.legend(fontsize=9)
+    return save_figure(fig, out / "unloads.png")
+
+
+def _heatmap_figure(brokers, out: Path) -> Path:
+    plt = pyplot()
+    fig, axes = plt.subplots(2, 2, figsize=(FULL_WIDTH_IN, 7.0), sharex=True, sharey=True,
+                             layout="constrained")
+    vmax = max(100.0, float(brokers["usage_pct"].max()))
+    im = None
+    for ax, sp in zip(axes.flat, STRATEGIES):
+        grid = (brokers[brokers["strategy"] == sp.key]
+                .pivot(index="broker", columns="step", values="usage_pct").sort_index())
+        im = ax.imshow(grid.values, aspect="auto", cmap="magma", vmin=0, vmax=vmax,
+                       interpolation="nearest",
+                       extent=(grid.columns.min() - 0.5, grid.columns.max() + 0.5,
+                               len(grid) - 0.5, -0.5))
+        ax.set_title(sp.label, fontsize=11)
+        ax.set_yticks(range(len(grid)))
+        ax.set_yticklabels(grid.index, fontsize=7 if len(grid) <= 24 else 5)
+    for ax in axes[1]:
+        ax.set_xlabel("step")
+    fig.colorbar(im, ax=axes, shrink=0.9, label="broker usage, %")
+    # save_figure's tight_layout would fight the constrained layout the
+    # colorbar needs.
+    fig.savefig(out / "heatmap.png", dpi=FIGURE_DPI)
+    plt.close(fig)
+    return out / "heatmap.png"
+
+
+def _settings_rows(s) -> list[tuple[str, str, str]]:
+    w = s.weights
+    return [
+        ("defaultNumberOfNamespaceBundles", str(s.default_bundles), "--default-bundles"),
+        ("defaultNamespaceBundleSplitAlgorithm", s.split_algorithm, "--split-algorithm"),
+        ("loadBalancerAutoBundleSplitEnabled", str(s.auto_split).lower(), "--no-auto-split"),
+        ("loadBalancerAutoUnloadSplitBundlesEnabled", str(s.auto_unload_split_bundles).lower(),
+         "--no-unload-split-bundles"),
+        ("loadBalancerNamespaceBundleMaxTopics", str(s.max_topics), "--max-topics"),
+        ("loadBalancerNamespaceBundleMaxSessions", str(s.max_sessions), "--max-sessions"),
+        ("loadBalancerNamespaceBundleMaxMsgRate", f"{s.max_msg_rate:g}", "--max-msg-rate"),
+        ("loadBalancerNamespaceBundleMaxBandwidthMbytes", f"{s.max_bandwidth_mbytes:g}",
+         "--max-bandwidth-mbytes"),
+        ("loadBalancerNamespaceMaximumBundles", str(s.max_bundles), "--max-bundles"),
+        ("flowOrQpsDifferenceThresholdPercentage", f"{s.flow_threshold_pct:g}",
+         "--flow-threshold-pct"),
+        ("loadBalancerBrokerOverloadedThresholdPercentage", f"{s.overload_threshold_pct:g}",
+         "--overload-threshold-pct"),
+        ("loadBalancerBrokerThresholdShedderPercentage", f"{s.threshold_pct:g}",
+         "--threshold-pct"),
+        ("loadBalancerHistoryResourcePercentage", f"{s.history:g}", "--history"),
+        ("loadBalancerBundleUnloadMinThroughputThreshold", f"{s.min_throughput_mb:g}",
+         "--min-throughput-mb"),
+        ("lowerBoundarySheddingEnabled", str(s.lower_boundary_shedding).lower(),
+         "--lower-boundary-shedding"),
+        ("loadBalancerSheddingGracePeriodMinutes", str(s.grace_steps), "--grace-steps"),
+        ("loadBalancerBrokerMaxTopics", str(s.broker_max_topics), "--broker-max-topics"),
+        ("loadBalancer{CPU,Memory,DirectMemory,BandwithIn,BandwithOut}ResourceWeight",
+         f"{w.cpu:g}, {w.memory:g}, {w.direct_memory:g}, {w.bandwidth_in:g}, "
+         f"{w.bandwidth_out:g}", "--weights"),
+        ("(model) broker capacity", f"{s.capacity.msg_rate:,.0f} msg/s, "
+         f"{s.capacity.bandwidth_in / MIB:,.0f} MiB/s in, "
+         f"{s.capacity.bandwidth_out / MIB:,.0f} MiB/s out",
+         "--broker-msg-rate, --broker-bandwidth-mbytes"),
+    ]
+
+
+def write_report(res, out: Path, *, spark_version: Optional[str], command: str,
+                 tables: Sequence[str], source: str) -> Path:
+    """Plots and ``out/index.html``; returns the page's path."""
+    import pandas as pd
+
+    out = Path(out)
+    steps, brokers, bundle_loads, bundles, summary = _frames(res)
+    tm = res.timings
+    rows = tm.get("topic_rows", 0)
+    env = environment(spark_version, input=source, brokers=len(res.brokers),
+                      namespaces=len(res.namespaces), steps=tm.get("steps", 0),
+                      **{"topic rows": f"{int(rows):,}"})
+    page = ReportPage("Pulsar bundle load balancing: four strategies on the same load",
+                      subtitle="Bundle splitting, LeastLongTermMessageRate vs uniform random "
+                               "placement, ThresholdShedder on and off, replayed step by step "
+                               "through pylimiter.pulsar.balance (Pulsar's algorithms).",
+                      command=command, env=env)
+    page.verdict(verdict(summary, steps, bundle_loads, res))
+    _usage_figure(steps, res.settings, out)
+    page.figure("usage.png", "Per step: the busiest and the idlest broker (band) and the mean "
+                "(dashed). Usage is the weighted max over CPU and bandwidth, as the shedder "
+                "and the placement see it.", title="Broker usage per strategy")
+    _spread_figure(steps, out)
+    page.figure("spread.png", "How far apart the brokers are; lower is better balanced.",
+                title="Spread over time")
+    over = f"broker-steps > {res.settings.overload_threshold_pct:g}%"
+    view = summary.drop(columns=["strategy"]).rename(columns={
+        "label": "strategy", "mean_spread_pct": "spread", "late_spread_pct": "spread, 2nd half",
+        "peak_usage_pct": "peak %", "mean_max_usage_pct": "busiest, mean %",
+        "overloaded_broker_steps": over, "moved_mib_per_s": "MiB/s moved",
+        "assignments": "placements"})
+    page.table(view, columns=["strategy", "spread", "spread, 2nd half", "peak %",
+                              "busiest, mean %", over, "unloads", "MiB/s moved", "placements"],
+               title="Summary (spread: usage points between the busiest and the idlest broker)")
+    _heatmap_figure(brokers, out)
+    page.figure("heatmap.png", "Each row a broker, each column a step.",
+                title="Every broker, every step")
+    _activity_figure(steps, out)
+    page.figure("unloads.png", "What ThresholdShedder moved (no-shedding strategies stay at "
+                "zero); moved traffic is the short-term in+out throughput of the unloaded "
+                "bundles.", title="Unloads and bytes moved")
+    _bundles_figure(steps, bundle_loads, bundles, res.settings, out)
+    page.figure("bundles.png", "Splits are shared by all strategies: they depend only on the "
+                "bundles' own load.", title="Bundles per namespace")
+    page.table(pd.DataFrame(_settings_rows(res.settings),
+                            columns=["broker.conf key", "value", "option"]),
+               title="Settings")
+    page.paragraph(
+        "Model: one step is one load-manager tick (a minute). Bundle loads are the sums of "
+        "their topics' rows in the step; short- and long-term bundle data follow Pulsar's "
+        "TimeAverageMessageData (10 and 1000 samples). A broker's CPU usage is its in+out "
+        "message rate over the capacity above, its bandwidth usage its throughput over the "
+        "NIC; memory and direct memory are not modelled (weight 0 by default). Unloaded and "
+        "split bundles are placed at once through Pulsar's selectBrokerForAssignment filters "
+        "(broker max topics, fewest bundles of the namespace, overload re-check) on the load "
+        "data of the step. The first steps are a cold start: every bundle is placed blind on "
+        "Pulsar's default estimate for unseen bundles, and when most of them split at once "
+        "their children are placed on load data that still counts the parents, which can "
+        "leave a broker nearly empty for a step.")
+    timing = [
+        ("Spark: prepare (generate or read, hash, cache)", fmt_seconds(tm.get("prepare_s", 0))),
+        ("Spark: per-step aggregation and split topics", fmt_seconds(tm.get("spark_s", 0))),
+        ("Spark jobs for aggregation", f"{int(tm.get('spark_jobs', 0))}"),
+        ("topic rows per second (aggregation)",
+         f"{rows / tm['spark_s']:,.0f}" if tm.get("spark_s") else ""),
+        ("decision loop, driver CPU per step (4 strategies)",
+         f"{tm.get('decide_ms_per_step', 0):.1f} ms "
+         f"(max {tm.get('decide_ms_per_step_max', 0):.1f} ms)"),
+        ("writing tables", fmt_seconds(tm.get("write_s", 0))),
+    ]
+    page.table(timing, columns=["phase", "time"], title="Where the time went")
+    page.files([f"{t}.parquet" for t in tables] + [f"{t}.csv" for t in tables]
+               + ["timings.json"])
+    return page.write(out)
