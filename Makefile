@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 PURE_VENV ?= .venv-pure
 
 .PHONY: all venv build debug test test-c test-py test-pure test-pythons bench bench-micro asv java clean \
-	wheels check-wheels wheel-cp311 test-aarch64 model-check relacy proto
+	wheels check-wheels wheel-cp311 test-aarch64 model-check relacy proto bench-table
 
 all: build
 
@@ -85,11 +85,13 @@ BENCH_ARGS ?=
 bench: build java
 	$(PY) -m pylimiter.bench --out reports/bench $(BENCH_ARGS)
 
-# Quick before/after comparisons for a PR: pytest-benchmark, one process.
+# Quick before/after comparisons for a PR: pytest-benchmark, one process;
+# the ratios (figures group) are measured side by side inside one test each.
 bench-micro: build
+	mkdir -p reports
 	$(PY) -m pytest benchmarks/micro --benchmark-only -q -p no:cacheprovider \
 	    --benchmark-json=reports/micro.json --benchmark-columns=median,iqr,rounds \
-	    --benchmark-sort=name
+	    --benchmark-sort=name --benchmark-timer=time.thread_time
 	$(PY) -m benchmarks.micro.report reports/micro.json
 
 # asv: the suites for HEAD in this venv, then the HTML site
@@ -127,6 +129,11 @@ model-check: build relacy
 	build/model/plim_relacy 1000000
 	build/model/plim_relacy 2 bound
 	$(PY) -m pytest -q -p no:cacheprovider tests/test_memory_model.py
+
+# Issue 14's table of figures on CPython 3.10-3.13 (pyenv), default loop and
+# uvloop, into benchmarks/results/figures.md and .csv (see benchmarks/README.md).
+bench-table: build
+	$(PY) -m benchmarks.table
 
 # Regenerate the committed protobuf module from its .proto with the pinned
 # grpcio-tools (tests/pulsar/test_protocol_gencode.py checks they agree).
