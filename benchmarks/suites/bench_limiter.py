@@ -301,3 +301,38 @@ class DualLimiter(_Loop):
 
     def peakmem_list_pattern(self, impl, n):
         self.loop.run_until_complete(self.main())
+
+
+class Figures:
+    """Issue 14's figures as asv tracks: each a ratio of pylimiter against its
+    asyncio anchor (and a no-limiter baseline for the contended ones),
+    measured in this one process with interleaved rounds, order flipped every
+    round, in thread CPU time; the value is the median over rounds (see
+    benchmarks/figures.py for each figure's definition and units).  The
+    separately timed ``time_*`` benchmarks above track history; these are
+    the ones to read as ratios.  ``impl`` is the implementation put in
+    pylimiter's place.  Needs the side-by-side engine
+    (pylimiter.bench.interleave): older commits skip."""
+
+    params = [IMPLS, ["await", "async-with", "tasks", "tasks-timeout", "timeouts", "cancel"]]
+    param_names = ["impl", "figure"]
+    unit = "ratio"
+    timeout = 300
+
+    def setup(self, impl, figure):
+        try:
+            try:
+                import figures  # benchmarks/ is on sys.path when asv imports the suites
+            except ImportError:
+                from benchmarks import figures
+        except ImportError as exc:  # a commit without pylimiter.bench.interleave
+            raise NotImplementedError(str(exc))
+        self.figures = figures
+        self.mod = _module(impl)
+
+    def track_ratio(self, impl, figure):
+        f = self.figures
+        res = f.measure(f.BY_KEY[figure], self.mod, self.mod, "asyncio")
+        if res is None:
+            raise NotImplementedError(f"{figure} cannot run on this Python")
+        return res["median"]
