@@ -203,17 +203,9 @@ def parent(args) -> int:
 def main(argv=None) -> int:
     from pylimiter._cli import make_parser, positive_float, run
 
-    from .figures import BY_KEY
+    from pylimiter.bench.runner import name_list as names
 
-    def names(choices):
-        def parse(text):
-            vals = [v.strip() for v in text.split(",") if v.strip()]
-            bad = [v for v in vals if v not in choices]
-            if bad or not vals:
-                raise argparse.ArgumentTypeError(
-                    f"unknown {bad[0] if bad else '(empty)'!r}; choose from {', '.join(choices)}")
-            return vals
-        return parse
+    from .figures import BY_KEY
 
     ap = make_parser(PROG, __doc__.split("\n\n")[0])
     ap.add_argument("--pythons", type=names(VERSIONS), default=VERSIONS,

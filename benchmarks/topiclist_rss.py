@@ -102,7 +102,8 @@ def plot(rows, path: Path):
     on = [r for r in rows if r["limits"] == "on"]
     if on:
         bound = on[0]["heap_mb"] + on[0]["direct_mb"]
-        ax.axhline(bound, color="#2ca02c", ls="--", lw=0.8, label=f"heap + direct limit ({bound:g} MB)")
+        ax.axhline(bound, color="#2ca02c", ls="--", lw=0.8,
+                   label=f"heap + direct limit ({bound:g} MB)")
     ax.set_xscale("log")
     ax.set_xlabel("concurrent clients")
     ax.set_ylabel("broker peak RSS growth, MB")

@@ -77,7 +77,8 @@ def _int_list(text: str) -> list[int]:
     return vals
 
 
-def _name_list(choices):
+def name_list(choices):
+    """argparse type: a comma-separated list of names out of ``choices``."""
     def parse(text: str) -> list[str]:
         vals = [x.strip() for x in text.split(",") if x.strip()]
         bad = [v for v in vals if v not in choices]
@@ -95,10 +96,11 @@ def build_parser() -> argparse.ArgumentParser:
                            "summarised in the terminal and in an HTML report.")
     ap.add_argument("--master", default="local[*]",
                     help="Spark master URL: local[N], spark://host:port, yarn, k8s://...")
-    ap.add_argument("--scenarios", type=_name_list(list(SCENARIOS)),
+    ap.add_argument("--scenarios", type=name_list(list(SCENARIOS)),
                     default=[s for s in SCENARIOS if s != "scaling"],
                     help="comma-separated; scaling runs per --scaling")
-    ap.add_argument("--impls", type=_name_list(list(IMPLEMENTATIONS)), default=["c", "python"])
+    ap.add_argument("--impls", type=name_list(list(IMPLEMENTATIONS)), default=["c", "python"],
+                    help="implementations: c (the C core), python (the pure-Python twin)")
     ap.add_argument("--concurrency", type=_int_list, default=None,
                     help="override every concurrency axis (N), e.g. 10,100")
     ap.add_argument("--permits", type=_int_list, default=DEFAULT_PERMITS, help="permits (K)")
@@ -411,9 +413,9 @@ def _measure(session, args, trials, cores, progress):
 
 
 def _run(args, spark) -> int:
-    require(["pyspark", "pandas", "pyarrow", "matplotlib", "rich"], "spark")
     if spark is None:
         check_master(args.master)
+    require(["pyspark", "pandas", "pyarrow", "matplotlib", "rich"], "spark")
     trials = expand_grid(args)
     if not trials and args.scaling == 0:
         raise UsageError("the grid is empty: nothing to run")
