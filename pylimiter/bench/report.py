@@ -28,8 +28,18 @@ def _ok(v) -> bool:
     return v is not None and not (isinstance(v, float) and math.isnan(v))
 
 
+def _plain_ticks(axis) -> None:
+    """Log-axis ticks as plain numbers (0.5, 2, 4), not 5x10^-1."""
+    from matplotlib.ticker import FuncFormatter, NullFormatter
+
+    axis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+    axis.set_minor_formatter(NullFormatter())
+
+
 def _label(r) -> str:
-    return f"{r.scenario}\nN={r.concurrency} K={r.permits}"
+    # Long names break at their hyphen so neighbouring ticks do not overlap.
+    name = r.scenario.replace("-", "-\n", 1) if len(r.scenario) > 10 else r.scenario
+    return f"{name}\nN={r.concurrency} K={r.permits}"
 
 
 def _ratio_panel(ax, d, value, lo, hi, anchor_label, ylabel, title):
@@ -57,6 +67,7 @@ def _ratio_panel(ax, d, value, lo, hi, anchor_label, ylabel, title):
                             ha="center", fontsize=8)
     ax.axhline(1.0, color=IMPL_COLORS["anchor"], lw=1.2, ls="--", label=anchor_label)
     ax.set_yscale("log")
+    _plain_ticks(ax.yaxis)
     ax.set_xticks(range(len(configs)))
     ax.set_xticklabels(configs, fontsize=9)
     ax.set_ylabel(ylabel)
@@ -107,6 +118,8 @@ def plot_throughput(summary, path: Path) -> bool:
                     label=d.anchor.dropna().iloc[0])
         ax.set_xscale("log")
         ax.set_yscale("log")
+        ax.set_xticks(sorted(set(d.concurrency)))
+        _plain_ticks(ax.xaxis)
         ax.set_xlabel(f"N: {'tasks' if s == 'tasks' else 'threads'} at once (log)")
         ax.set_ylabel("acquire/release cycles per second (log)")
         ax.set_title(f"{s}: throughput against concurrency (K={int(d.permits.iloc[0])})",
@@ -125,8 +138,8 @@ def plot_latency(results, path: Path) -> bool:
     groups, labels = [], []
     for (s, impl, n), g in d.groupby(["scenario", "impl", "concurrency"]):
         groups.append((g.wait_p50_us.tolist(), g.wait_p99_us.tolist()))
-        labels.append(f"{s}\n{'C' if impl == 'c' else 'py'} N={n}")
-    fig, ax = plt.subplots(figsize=(FULL_WIDTH_IN, 4.8))
+        labels.append(f"{s} {'C' if impl == 'c' else 'py'} N={n}")
+    fig, ax = plt.subplots(figsize=(FULL_WIDTH_IN, 5.6))
     pos = range(len(groups))
     b1 = ax.boxplot([g[0] for g in groups], positions=[p - 0.18 for p in pos], widths=0.3,
                     patch_artist=True)
@@ -137,7 +150,7 @@ def plot_latency(results, path: Path) -> bool:
             patch.set_facecolor(color)
     ax.set_yscale("log")
     ax.set_xticks(list(pos))
-    ax.set_xticklabels(labels, fontsize=8)
+    ax.set_xticklabels(labels, fontsize=8, rotation=35, ha="right")
     ax.set_ylabel("wait from acquire call to grant, µs (log)")
     ax.legend([b1["boxes"][0], b2["boxes"][0]], ["p50", "p99"], fontsize=9)
     ax.set_title("wait-latency distribution over trials (boxes: trials)", fontsize=11)
