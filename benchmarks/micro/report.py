@@ -51,7 +51,8 @@ def main(path="reports/micro.json") -> int:
     t = Table(title=f"uncontended, median ns per op ({mi['python_implementation']} "
                     f"{mi['python_version']})")
     for col in ("scenario", "loop", "implementation", "ns/op", "IQR", "notes"):
-        t.add_column(col, justify="right" if col in ("ns/op", "IQR") else "left")
+        t.add_column(col, justify="right" if col in ("ns/op", "IQR") else "left",
+                     no_wrap=col != "notes")
     for (g, loop), items in sorted(groups.items()):
         for impl, r in sorted(items, key=lambda x: x[1]["ns"]):
             t.add_row(g, loop, impl, f"{r['ns']:.0f}", f"{r['iqr']:.0f}",

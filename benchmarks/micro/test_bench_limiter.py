@@ -80,7 +80,7 @@ def test_uncontended_async(benchmark, loop, impl):
                        warmup_rounds=2)
 
 
-@pytest.mark.benchmark(group="uncontended-async-with")
+@pytest.mark.benchmark(group="uncontended-with")
 @pytest.mark.parametrize("impl", ["c", "python", "c-bare", "asyncio.Semaphore"])
 def test_uncontended_async_with(benchmark, loop, impl):
     """`async with sem.acquire(1)`; c-bare is `async with sem:` (core v2)."""
