@@ -105,6 +105,27 @@ def test_summary_fits_100_columns_and_explains_n_and_k():
     assert "N: tasks, threads or waiters at once; K: permits" in text
 
 
+def test_cli_version_help_and_unwritable_out(tmp_path, capsys):
+    from pylimiter.bench.runner import main
+
+    with pytest.raises(SystemExit) as exit_:
+        main(["--version"])
+    assert exit_.value.code == 0 and "pylimiter-pulsar" in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    for default in ("(default: local[*])", "(default: 5)", "(default: 0.3)",
+                    "(default: reports/bench)", "(default: c,python)"):
+        assert default in text, default
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    with pytest.raises(SystemExit) as exit_:      # before any work: no Spark started
+        main(["--out", str(blocker / "out")])
+    assert exit_.value.code == 2
+    last = capsys.readouterr().err.strip().splitlines()[-1]
+    assert last.startswith("python -m pylimiter.bench: error: argument --out: cannot write")
+
+
 def _cli(*args, timeout=300):
     env = {k: v for k, v in os.environ.items() if k != "PYLIMITER_NO_EXTENSIONS"}
     return subprocess.run([sys.executable, "-m", "pylimiter.bench", *args],
