@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 PURE_VENV ?= .venv-pure
 
 .PHONY: all venv build debug test test-c test-py test-pure test-pythons bench bench-micro asv java clean \
-	wheels check-wheels wheel-cp311 test-aarch64 model-check relacy proto \
+	wheels check-wheels wheel-cp311 test-aarch64 model-check relacy proto bench-table \
 	cursor-sim cursor-bench cache-sim cache-bench balance
 
 all: build
@@ -86,11 +86,13 @@ BENCH_ARGS ?=
 bench: build java
 	$(PY) -m pylimiter.bench --out reports/bench $(BENCH_ARGS)
 
-# Quick before/after comparisons for a PR: pytest-benchmark, one process.
+# Quick before/after comparisons for a PR: pytest-benchmark, one process;
+# the ratios (figures group) are measured side by side inside one test each.
 bench-micro: build
+	mkdir -p reports
 	$(PY) -m pytest benchmarks/micro --benchmark-only -q -p no:cacheprovider \
 	    --benchmark-json=reports/micro.json --benchmark-columns=median,iqr,rounds \
-	    --benchmark-sort=name
+	    --benchmark-sort=name --benchmark-timer=time.thread_time
 	$(PY) -m benchmarks.micro.report reports/micro.json
 
 # asv: the suites for HEAD in this venv, then the HTML site
@@ -102,20 +104,25 @@ asv: build
 	cd benchmarks && ../$(PY) -m asv publish
 	@echo "asv site: $(CURDIR)/benchmarks/.asv/html/index.html (serve: cd benchmarks && asv preview)"
 
-# Four manylinux_2_17 x86_64 wheels (3.10-3.13) and the sdist in wheels/dist,
-# each installed into a fresh venv and tested there.
+# Eight manylinux_2_17 wheels (x86_64 and aarch64, cp310-cp313) and the sdist
+# in wheels/dist.  x86_64 and the sdist: installed into a fresh venv and the
+# suite run there; aarch64 cp311/cp313: installed and the suite run by
+# Debian's arm64 CPython under qemu; cp310/cp312 aarch64: checked statically
+# (no arm64 interpreter of those versions can be had here; wheels/README.md).
 wheels: venv
 	wheels/build_wheels.sh
+	wheels/build_aarch64.sh
 	$(PY) wheels/check_wheels.py wheels/dist
+	wheels/check_aarch64.sh
 
 # What CI does on every run: the cp311 wheel and the sdist, built and checked.
 wheel-cp311: venv
 	wheels/build_wheels.sh 3.11
 	$(PY) wheels/check_wheels.py wheels/dist --python 3.11
 
-# The C tier (LL/SC, LSE, outline atomics; several -cpu models), a cp311
-# manylinux_2_17_aarch64 wheel and the Python suite on it under qemu-aarch64,
-# then the memory-model check.
+# The memory-model check, the C tier (LL/SC, LSE, outline atomics; several
+# -cpu models), then the cp310-cp313 manylinux_2_17_aarch64 wheels, built and
+# checked as in `make wheels`.
 test-aarch64: venv model-check
 	wheels/test_aarch64.sh
 
@@ -158,6 +165,11 @@ cache-bench: build
 BALANCE_ARGS ?=
 balance: build java
 	$(PY) -m pylimiter.pulsar.balance simulate --out reports/balance $(BALANCE_ARGS)
+
+# Issue 14's table of figures on CPython 3.10-3.13 (pyenv), default loop and
+# uvloop, into benchmarks/results/figures.md and .csv (see benchmarks/README.md).
+bench-table: build
+	$(PY) -m benchmarks.table
 
 # Regenerate the committed protobuf module from its .proto with the pinned
 # grpcio-tools (tests/pulsar/test_protocol_gencode.py checks they agree).

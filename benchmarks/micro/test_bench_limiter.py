@@ -1,24 +1,30 @@
-"""Micro benchmarks: pylimiter (C and pure Python) side by side with the
-stdlib and anyio, in one run.
+"""Micro benchmarks: pylimiter (C and pure Python) beside the stdlib and
+anyio.
 
-Each benchmark times a batch of `ops` operations inside one call (so the
-harness's own per-call overhead is amortised) and records `ops` in
-extra_info; report.py divides to get ns per operation and forms ratios
-against the anchors measured in the same run.  Event-loop creation and task
-parking done in `setup` are excluded from the timing.
+Two kinds of rows:
+
+- *uncontended* groups (pytest-benchmark's own timing, thread CPU time with
+  `make bench-micro`): each benchmark times a batch of `ops` operations in one
+  call and records `ops` in extra_info; report.py divides to get ns per
+  operation.  These are for before/after comparisons of one implementation
+  (`--benchmark-compare`), not for ratios between rows.
+- the *figures* group: every ratio (contended, timeouts, cancellation, and
+  the uncontended speed-ups) measured by :mod:`benchmarks.figures` with both
+  sides in interleaved rounds of the same test, stored in extra_info.
+
+Event-loop creation and task parking are excluded from every timing.
 """
 
 from __future__ import annotations
 
 import asyncio
 import random
-import sys
 import threading
 
 import anyio
 import pytest
 
-from pylimiter import PermitAcquireTimeoutError
+from benchmarks.figures import BY_KEY, FIGURES, LOOPS, measure
 from pylimiter._impls import IMPLEMENTATIONS
 
 OPS = 20000
@@ -74,6 +80,33 @@ def test_uncontended_async(benchmark, loop, impl):
                        warmup_rounds=2)
 
 
+@pytest.mark.benchmark(group="uncontended-with")
+@pytest.mark.parametrize("impl", ["c", "python", "c-bare", "asyncio.Semaphore"])
+def test_uncontended_async_with(benchmark, loop, impl):
+    """`async with sem.acquire(1)`; c-bare is `async with sem:` (core v2)."""
+    n = _ops_for(impl)
+    if impl == "asyncio.Semaphore":
+        sem, bare = asyncio.Semaphore(10), True
+    else:
+        sem = IMPLEMENTATIONS[impl.removesuffix("-bare")].module.AsyncSemaphore(10, 0, None)
+        bare = impl.endswith("-bare")
+        if bare and not hasattr(sem, "__aenter__"):
+            pytest.skip("`async with sem:` needs core v2")
+
+    async def batch():
+        if bare:
+            for _ in range(n):
+                async with sem:
+                    pass
+        else:
+            acq = sem.acquire
+            for _ in range(n):
+                async with acq(1):
+                    pass
+    benchmark.extra_info["ops"] = n
+    benchmark.pedantic(lambda: loop.run_until_complete(batch()), rounds=15, warmup_rounds=2)
+
+
 # ---- uncontended blocking -----------------------------------------------------
 
 
@@ -105,136 +138,29 @@ def test_uncontended_blocking(benchmark, impl):
     benchmark.pedantic(batch, rounds=15, warmup_rounds=2)
 
 
-# ---- 1000 tasks on 10 permits -----------------------------------------------------
+# ---- the figures: ratios measured side by side --------------------------------------
+# One test per figure and loop.  The figure is measured by benchmarks.figures
+# (interleaved rounds, order flipped, thread CPU time, median over rounds) and
+# lands in extra_info; pytest-benchmark's own timing of the test is just how
+# long the measurement took.
 
 
-def _contention(impl, tasks=1000, permits=10):
-    if impl in IMPLEMENTATIONS:
-        mod = IMPLEMENTATIONS[impl].module
-
-        async def run():
-            sem = mod.AsyncSemaphore(permits, max_queue_size=0, timeout=None)
-
-            async def one():
-                p = await sem.acquire(1)
-                await asyncio.sleep(0)
-                sem.release(p)
-            await asyncio.gather(*(one() for _ in range(tasks)))
-    elif impl == "asyncio.Semaphore":
-        async def run():
-            sem = asyncio.Semaphore(permits)
-
-            async def one():
-                await sem.acquire()
-                await asyncio.sleep(0)
-                sem.release()
-            await asyncio.gather(*(one() for _ in range(tasks)))
-    elif impl == "anyio.CapacityLimiter":
-        async def run():
-            lim = anyio.CapacityLimiter(permits)
-
-            async def one():
-                async with lim:
-                    await asyncio.sleep(0)
-            await asyncio.gather(*(one() for _ in range(tasks)))
-    else:
-        async def run():
-            async def one():
-                await asyncio.sleep(0)
-            await asyncio.gather(*(one() for _ in range(tasks)))
-    return run
+def _figure_params():
+    for fig in FIGURES:
+        for loop in (LOOPS if fig.uses_loop else ["-"]):
+            yield pytest.param(fig.key, loop, id=f"{fig.key}-{loop}")
 
 
-@pytest.mark.benchmark(group="1000-tasks-10-permits")
-@pytest.mark.parametrize("impl", ASYNC_IMPLS + ["baseline"])
-def test_tasks_contending(benchmark, loop, impl):
-    run = _contention(impl)
-    benchmark.extra_info["ops"] = 1000
-    benchmark.pedantic(lambda: loop.run_until_complete(run()), rounds=15,
-                       warmup_rounds=2)
-
-
-# ---- parked waiters: cancelled newest-first, timing out ----------------------------
-
-PARKED = 10000
-
-
-def _park(loop, impl):
-    """Untimed: hold every permit and park PARKED waiters."""
-    if impl in IMPLEMENTATIONS:
-        mod = IMPLEMENTATIONS[impl].module
-        sem = mod.AsyncSemaphore(1, max_queue_size=0, timeout=None)
-        loop.run_until_complete(sem.acquire(1))
-
-        async def coro():
-            return await sem.acquire(1)
-    else:
-        sem = asyncio.Semaphore(1)
-        loop.run_until_complete(sem.acquire())
-        coro = sem.acquire
-    tasks = [loop.create_task(coro()) for _ in range(PARKED)]
-    loop.run_until_complete(asyncio.sleep(0))
-    return tasks
-
-
-@pytest.mark.benchmark(group="10k-parked-cancel-newest-first")
-@pytest.mark.parametrize("impl", ["c", "python", "asyncio.Semaphore"])
-def test_parked_cancel_newest_first(benchmark, loop, impl):
-    async def cancel_all(tasks):
-        for t in reversed(tasks):
-            t.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-
-    benchmark.extra_info["ops"] = PARKED
-    benchmark.pedantic(lambda tasks: loop.run_until_complete(cancel_all(tasks)),
-                       setup=lambda: ((_park(loop, impl),), {}), rounds=5)
-
-
-def _timeouts(impl):
-    if impl in IMPLEMENTATIONS:
-        mod = IMPLEMENTATIONS[impl].module
-
-        async def run():
-            sem = mod.AsyncSemaphore(1, max_queue_size=0)
-            held = await sem.acquire(1)
-
-            async def one():
-                try:
-                    await sem.acquire(1, timeout=0.001)
-                except PermitAcquireTimeoutError:
-                    pass
-            await asyncio.gather(*(one() for _ in range(PARKED)))
-            sem.release(held)
-    elif impl == "asyncio.Semaphore":
-        async def run():
-            sem = asyncio.Semaphore(1)
-            await sem.acquire()
-
-            async def one():
-                try:
-                    if sys.version_info >= (3, 11):
-                        async with asyncio.timeout(0.001):
-                            await sem.acquire()
-                    else:
-                        await asyncio.wait_for(sem.acquire(), 0.001)
-                except TimeoutError:
-                    pass
-            await asyncio.gather(*(one() for _ in range(PARKED)))
-    else:  # parking alone: the same tasks on a timer, no semaphore
-        async def run():
-            async def one():
-                await asyncio.sleep(0.001)
-            await asyncio.gather(*(one() for _ in range(PARKED)))
-    return run
-
-
-@pytest.mark.benchmark(group="10k-parked-timeout")
-@pytest.mark.parametrize("impl", ["c", "python", "asyncio.Semaphore",
-                                  "baseline"])
-def test_parked_timeouts(benchmark, loop, impl):
-    run = _timeouts(impl)
-    benchmark.extra_info["ops"] = PARKED
-    benchmark.pedantic(lambda: loop.run_until_complete(run()), rounds=5)
+@pytest.mark.benchmark(group="figures")
+@pytest.mark.parametrize(("figure", "loop_name"), list(_figure_params()))
+def test_figure(benchmark, figure, loop_name):
+    fig = BY_KEY[figure]
+    c, py = IMPLEMENTATIONS["c"].module, IMPLEMENTATIONS["python"].module
+    res = benchmark.pedantic(measure, args=(fig, c, py, loop_name), rounds=1, iterations=1)
+    if res is None:
+        pytest.skip(f"{figure} cannot run here ({fig.note})")
+    benchmark.extra_info.update(res)
+    assert res["n"] >= 3 and res["lo"] <= res["median"] <= res["hi"]
 
 
 # ---- weighted requests: FIFO without overtaking --------------------------------------

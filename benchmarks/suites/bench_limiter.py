@@ -10,7 +10,10 @@ can run against any commit, old ones included.
 
 import asyncio
 import importlib
+import importlib.util
+import sys
 import threading
+from pathlib import Path
 
 IMPLS = ["c", "python"]
 OPS = 2000
@@ -301,3 +304,44 @@ class DualLimiter(_Loop):
 
     def peakmem_list_pattern(self, impl, n):
         self.loop.run_until_complete(self.main())
+
+
+class Figures:
+    """Issue 14's figures as asv tracks: each a ratio of pylimiter against its
+    asyncio anchor (and a no-limiter baseline for the contended ones),
+    measured in this one process with interleaved rounds, order flipped every
+    round, in thread CPU time; the value is the median over rounds (see
+    benchmarks/figures.py for each figure's definition and units).  The
+    separately timed ``time_*`` benchmarks above track history; these are
+    the ones to read as ratios.  ``impl`` is the implementation put in
+    pylimiter's place.  Needs the side-by-side engine
+    (pylimiter.bench.interleave): older commits skip."""
+
+    params = [IMPLS, ["await", "async-with", "tasks", "tasks-timeout", "timeouts", "cancel"]]
+    param_names = ["impl", "figure"]
+    unit = "ratio"
+    timeout = 300
+
+    def setup(self, impl, figure):
+        # benchmarks/figures.py, beside this folder: asv puts neither the
+        # repository nor benchmarks/ on sys.path, so load it by location.
+        name = "pylimiter_bench_figures"
+        figures = sys.modules.get(name)
+        if figures is None:
+            path = Path(__file__).resolve().parent.parent / "figures.py"
+            spec = importlib.util.spec_from_file_location(name, path)
+            figures = sys.modules[name] = importlib.util.module_from_spec(spec)
+            try:
+                spec.loader.exec_module(figures)
+            except (ImportError, OSError) as exc:  # e.g. no pylimiter.bench.interleave yet
+                del sys.modules[name]
+                raise NotImplementedError(str(exc))
+        self.figures = figures
+        self.mod = _module(impl)
+
+    def track_ratio(self, impl, figure):
+        f = self.figures
+        res = f.measure(f.BY_KEY[figure], self.mod, self.mod, "asyncio")
+        if res is None:
+            raise NotImplementedError(f"{figure} cannot run on this Python")
+        return res["median"]

@@ -1,41 +1,131 @@
-"""The benchmark grid's plots and page, on the shared report kit."""
+"""The benchmark grid's plots and page, on the shared report kit.
+
+Speed-ups and costs are ratios, so they are drawn on log axes (2x faster and
+2x slower are the same distance from the anchor), with one anchor line per
+panel.  The verdict paragraph is computed from the summary table.
+"""
 
 from __future__ import annotations
 
 import math
 from pathlib import Path
+from typing import Optional
 
-from ..spark.report import ReportPage, environment, pyplot as _plt, save_figure
+from ..spark.report import (
+    FULL_WIDTH_IN,
+    ReportPage,
+    command_line,
+    environment,
+    pyplot as _plt,
+    save_figure,
+)
 
-IMPL_COLORS = {"c": "#1f77b4", "python": "#ff7f0e", "anchor": "#7f7f7f"}
+IMPL_COLORS = {"c": "#1f77b4", "python": "#ff7f0e", "anchor": "#555555"}
+IMPL_LABELS = {"c": "pylimiter (C)", "python": "pylimiter (pure Python)"}
 
 
 def _ok(v) -> bool:
     return v is not None and not (isinstance(v, float) and math.isnan(v))
 
 
+def _plain_ticks(axis) -> None:
+    """Log-axis ticks as plain numbers (0.5, 2, 4), not 5x10^-1."""
+    from matplotlib.ticker import FuncFormatter, NullFormatter
+
+    axis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+    axis.set_minor_formatter(NullFormatter())
+
+
+def _label(r) -> str:
+    # Long names break at their hyphen so neighbouring ticks do not overlap.
+    name = r.scenario.replace("-", "-\n", 1) if len(r.scenario) > 10 else r.scenario
+    return f"{name}\nN={r.concurrency} K={r.permits}"
+
+
+def _ratio_panel(ax, d, value, lo, hi, anchor_label, ylabel, title):
+    """Grouped bars (C, pure Python) per configuration on a log axis, IQR
+    whiskers, and the anchor at 1."""
+    configs = list(dict.fromkeys(_label(r) for r in d.itertuples()))
+    width = 0.38
+    for i, impl in enumerate(("c", "python")):
+        g = d[d.impl == impl]
+        xs, ys, err = [], [], [[], []]
+        for r in g.itertuples():
+            v = getattr(r, value)
+            if not _ok(v) or v <= 0:
+                continue
+            xs.append(configs.index(_label(r)) + (i - 0.5) * width)
+            ys.append(v)
+            q1, q3 = getattr(r, lo), getattr(r, hi)
+            err[0].append(max(v - q1, 0) if _ok(q1) else 0)
+            err[1].append(max(q3 - v, 0) if _ok(q3) else 0)
+        if xs:
+            ax.bar(xs, ys, width, color=IMPL_COLORS[impl], label=IMPL_LABELS[impl],
+                   yerr=err, capsize=3, error_kw={"lw": 1})
+            for x, y in zip(xs, ys):
+                ax.annotate(f"{y:.2f}", (x, y), textcoords="offset points", xytext=(0, 3),
+                            ha="center", fontsize=8)
+    ax.axhline(1.0, color=IMPL_COLORS["anchor"], lw=1.2, ls="--", label=anchor_label)
+    ax.set_yscale("log")
+    _plain_ticks(ax.yaxis)
+    ax.set_xticks(range(len(configs)))
+    ax.set_xticklabels(configs, fontsize=9)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title, fontsize=11)
+    ax.grid(alpha=0.3, axis="y", which="both")
+    ax.legend(fontsize=9, loc="best")
+
+
+def plot_speedup(summary, path: Path) -> bool:
+    """Speed-up over the stdlib anchor and, where a baseline exists, the
+    limiter's cost relative to the anchor's: two log-axis panels."""
+    sp = summary[summary.median_speedup.notna()]
+    cost = summary[summary.median_cost_ratio.notna()]
+    if sp.empty:
+        return False
+    plt = _plt()
+    panels = 2 if not cost.empty else 1
+    n_sp = len(set(_label(r) for r in sp.itertuples()))
+    n_cost = len(set(_label(r) for r in cost.itertuples())) if panels == 2 else 0
+    fig, axes = plt.subplots(1, panels, figsize=(FULL_WIDTH_IN, 5.2), squeeze=False,
+                             gridspec_kw={"width_ratios": [n_sp, max(n_cost, 1) + 1][:panels]})
+    _ratio_panel(axes[0][0], sp, "median_speedup", "q1_speedup", "q3_speedup",
+                 "anchor (1x)", "anchor time / pylimiter time (log; >1: faster)",
+                 "speed-up over the stdlib anchor, same trial (median over trials, IQR)")
+    if panels == 2:
+        _ratio_panel(axes[0][1], cost, "median_cost_ratio", "q1_cost_ratio", "q3_cost_ratio",
+                     "anchor's cost (1)", "cost over no limiter / anchor's (log; <1: cheaper)",
+                     "cost of limiting, relative to the anchor's")
+    return bool(save_figure(fig, path))
+
+
 def plot_throughput(summary, path: Path) -> bool:
-    """ops/s against concurrency, per implementation, with the anchor."""
+    """ops/s against concurrency per implementation, with one anchor line
+    per panel (the anchor's median over every trial at that N)."""
     scen = [s for s in ("tasks", "threads") if s in set(summary.scenario)]
     if not scen:
         return False
     plt = _plt()
-    fig, axes = plt.subplots(1, len(scen), figsize=(6 * len(scen), 4), squeeze=False)
+    fig, axes = plt.subplots(1, len(scen), figsize=(FULL_WIDTH_IN, 4.6), squeeze=False)
     for ax, s in zip(axes[0], scen):
         d = summary[summary.scenario == s].sort_values("concurrency")
         for impl, g in d.groupby("impl"):
             ax.plot(g.concurrency, g.median_ops_per_s, "o-", color=IMPL_COLORS.get(impl),
-                    label=f"pylimiter-{impl}")
-            a = g.anchor_median_ns
-            if a.notna().any():
-                ax.plot(g.concurrency, 1e9 / a, "x--", color=IMPL_COLORS.get(impl), alpha=0.5,
-                        label=f"{g.anchor.iloc[0]} (in {impl} trials)")
+                    label=IMPL_LABELS.get(impl, impl))
+        a = d[d.anchor_median_ns.notna()].groupby("concurrency").anchor_median_ns.median()
+        if len(a):
+            ax.plot(a.index, 1e9 / a.values, "s--", color=IMPL_COLORS["anchor"],
+                    label=d.anchor.dropna().iloc[0])
         ax.set_xscale("log")
-        ax.set_xlabel("concurrency (tasks or threads)")
-        ax.set_ylabel("ops/s (median over trials)")
-        ax.set_title(f"{s}: throughput vs concurrency")
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
+        ax.set_yscale("log")
+        ax.set_xticks(sorted(set(d.concurrency)))
+        _plain_ticks(ax.xaxis)
+        ax.set_xlabel(f"N: {'tasks' if s == 'tasks' else 'threads'} at once (log)")
+        ax.set_ylabel("acquire/release cycles per second (log)")
+        ax.set_title(f"{s}: throughput against concurrency (K={int(d.permits.iloc[0])})",
+                     fontsize=11)
+        ax.grid(alpha=0.3, which="both")
+        ax.legend(fontsize=9)
     return bool(save_figure(fig, path))
 
 
@@ -48,8 +138,8 @@ def plot_latency(results, path: Path) -> bool:
     groups, labels = [], []
     for (s, impl, n), g in d.groupby(["scenario", "impl", "concurrency"]):
         groups.append((g.wait_p50_us.tolist(), g.wait_p99_us.tolist()))
-        labels.append(f"{s}\n{impl} N={n}")
-    fig, ax = plt.subplots(figsize=(max(6, 0.9 * len(groups)), 4.5))
+        labels.append(f"{s} {'C' if impl == 'c' else 'py'} N={n}")
+    fig, ax = plt.subplots(figsize=(FULL_WIDTH_IN, 5.6))
     pos = range(len(groups))
     b1 = ax.boxplot([g[0] for g in groups], positions=[p - 0.18 for p in pos], widths=0.3,
                     patch_artist=True)
@@ -60,81 +150,162 @@ def plot_latency(results, path: Path) -> bool:
             patch.set_facecolor(color)
     ax.set_yscale("log")
     ax.set_xticks(list(pos))
-    ax.set_xticklabels(labels, fontsize=7)
-    ax.set_ylabel("wait from acquire call to grant, µs")
-    ax.legend([b1["boxes"][0], b2["boxes"][0]], ["p50", "p99"], fontsize=8)
-    ax.set_title("wait-latency distribution over trials")
-    ax.grid(alpha=0.3, axis="y")
-    return bool(save_figure(fig, path))
-
-
-def plot_speedup(summary, path: Path) -> bool:
-    d = summary[summary.median_speedup.notna()]
-    if d.empty:
-        return False
-    plt = _plt()
-    fig, ax = plt.subplots(figsize=(max(6, 0.6 * len(d)), 4.5))
-    labels = [f"{r.scenario}\nN={r.concurrency}" for r in d.itertuples()]
-    colors = [IMPL_COLORS.get(r.impl, "k") for r in d.itertuples()]
-    err = [0 if not _ok(v) else v / 2 for v in d.iqr_speedup]
-    ax.bar(range(len(d)), d.median_speedup, color=colors, yerr=err, capsize=3)
-    ax.axhline(1.0, color="k", lw=0.8)
-    ax.set_xticks(range(len(d)))
-    ax.set_xticklabels(labels, fontsize=7, rotation=45, ha="right")
-    ax.set_ylabel("anchor time / pylimiter time (>1: pylimiter faster)")
-    ax.set_title("speed-up over the stdlib anchor, same trial\n(bars: median, whiskers: IQR)", fontsize=10)
-    handles = [plt.Rectangle((0, 0), 1, 1, color=IMPL_COLORS[i]) for i in ("c", "python")]
-    ax.legend(handles, ["pylimiter C", "pylimiter pure Python"], fontsize=8)
+    ax.set_xticklabels(labels, fontsize=8, rotation=35, ha="right")
+    ax.set_ylabel("wait from acquire call to grant, µs (log)")
+    ax.legend([b1["boxes"][0], b2["boxes"][0]], ["p50", "p99"], fontsize=9)
+    ax.set_title("wait-latency distribution over trials (boxes: trials)", fontsize=11)
     ax.grid(alpha=0.3, axis="y")
     return bool(save_figure(fig, path))
 
 
 def plot_scaling(scaling, scaling_trials, path: Path) -> bool:
+    """ops/s per executor against executors at once; the reference line is
+    one executor's rate (flat = no shared bottleneck)."""
     if scaling is None or scaling.empty:
         return False
     plt = _plt()
-    fig, ax = plt.subplots(figsize=(6, 4))
-    for impl, g in scaling.groupby("impl"):
+    impls = list(dict.fromkeys(scaling.impl))
+    fig, axes = plt.subplots(1, len(impls), figsize=(FULL_WIDTH_IN, 4.2), squeeze=False)
+    for ax, impl in zip(axes[0], impls):
+        g = scaling[scaling.impl == impl].sort_values("executors")
         ax.plot(g.executors, g.median_ops_per_s_per_executor, "o-",
-                color=IMPL_COLORS.get(impl), label=f"pylimiter-{impl} (median)")
+                color=IMPL_COLORS.get(impl), label=f"{IMPL_LABELS.get(impl, impl)} (median)")
         if scaling_trials is not None:
             t = scaling_trials[scaling_trials.impl == impl]
-            ax.scatter(t.concurrency, t.ops_per_s, color=IMPL_COLORS.get(impl), alpha=0.3, s=12)
-    ax.set_xlabel("executors running at once (each with its own limiter)")
-    ax.set_ylabel("ops/s per executor")
-    ax.set_yscale("log")
-    ax.set_xticks(sorted(set(scaling.executors)))
-    ax.set_title("per-core scaling (flat = no shared bottleneck)")
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
+            ax.scatter(t.concurrency, t.ops_per_s, color=IMPL_COLORS.get(impl), alpha=0.3, s=14,
+                       label="trials")
+        ax.axhline(g.median_ops_per_s_per_executor.iloc[0], color=IMPL_COLORS["anchor"],
+                   ls="--", lw=1.2, label="one executor's rate (ideal: flat)")
+        ax.set_xlabel("executors running at once, each with its own limiter")
+        ax.set_ylabel("ops/s per executor")
+        ax.set_ylim(bottom=0)
+        ax.set_xticks(sorted(set(scaling.executors)))
+        ax.set_title(f"per-core scaling: {IMPL_LABELS.get(impl, impl)}", fontsize=11)
+        ax.grid(alpha=0.3, which="both")
+        ax.legend(fontsize=9)
     return bool(save_figure(fig, path))
 
 
+def _row(summary, scenario: str, impl: str, n: Optional[int] = None):
+    d = summary[(summary.scenario == scenario) & (summary.impl == impl)]
+    if n is not None:
+        d = d[d.concurrency == n]
+    return None if d.empty else d.sort_values("concurrency").iloc[-1]
+
+
+def verdict(summary, scaling) -> str:
+    """One paragraph from the numbers: the uncontended speed-ups, the
+    contended cost, the pure twin's price, scaling and cleanliness."""
+    if summary is None or summary.empty:
+        parts = []
+    else:
+        parts = []
+        for scen, anchor in (("uncontended-async", "asyncio.Semaphore"),
+                             ("uncontended-threads", "threading.Semaphore")):
+            r = _row(summary, scen, "c")
+            if r is not None and _ok(r.median_speedup):
+                word = "faster" if r.median_speedup >= 1 else "slower"
+                factor = r.median_speedup if r.median_speedup >= 1 else 1 / r.median_speedup
+                parts.append(f"uncontended, the C implementation is {factor:.1f}x {word} than "
+                             f"{anchor} (IQR {r.q1_speedup:.2f}-{r.q3_speedup:.2f}x)")
+        r = _row(summary, "tasks", "c")
+        if r is not None and _ok(r.median_cost_ratio):
+            rel = "less than" if r.median_cost_ratio < 1 else "more than"
+            parts.append(f"with {r.concurrency} tasks on {r.permits} permits its cost over a "
+                         f"run without a limiter is {r.median_cost_ratio:.2f} of "
+                         f"asyncio.Semaphore's ({rel} the anchor's)")
+        r = _row(summary, "timeouts", "c")
+        if r is not None and _ok(r.median_cost_ratio):
+            parts.append(f"{r.concurrency} waiters timing out cost {r.median_cost_ratio:.2f} of "
+                         f"what asyncio.timeout costs over plain parking")
+        r = _row(summary, "cancel", "c")
+        if r is not None and _ok(r.median_speedup):
+            parts.append(f"cancelling {r.concurrency} parked waiters newest-first is "
+                         f"{r.median_speedup:.1f}x cheaper than with asyncio.Semaphore")
+        py = summary[(summary.impl == "python") & summary.median_speedup.notna()]
+        if not py.empty:
+            parts.append(f"the pure-Python twin runs at {py.median_speedup.min():.2f}-"
+                         f"{py.median_speedup.max():.2f}x the anchors' speed")
+    text = "; ".join(parts)
+    text = (text[0].upper() + text[1:] + ".") if text else "No grid trials were run."
+    if scaling is not None and not scaling.empty:
+        for impl, g in scaling.groupby("impl"):
+            g = g.sort_values("executors")
+            first, last = g.iloc[0], g.iloc[-1]
+            if len(g) > 1 and impl == "c":
+                change = last.median_ops_per_s_per_executor / first.median_ops_per_s_per_executor
+                shape = "stays flat" if 0.8 <= change <= 1.25 else (
+                    "drops" if change < 1 else "rises")
+                text += (f" Per-executor throughput {shape} from 1 to {int(last.executors)} "
+                         f"executors ({change:.2f}x), so nothing is shared between limiters.")
+    if summary is not None and not summary.empty:
+        leaked, failed = int(summary.leaked_permits.sum()), int(summary.failed_trials.sum())
+        errors = int(summary.errors.sum())
+        text += (" No trial leaked a permit, failed or saw an error."
+                 if not (leaked or failed or errors) else
+                 f" Problems: {leaked} permits leaked, {failed} trials failed, {errors} errors.")
+    return text
+
+
+SUMMARY_COLUMNS = ["scenario", "impl", "N", "K", "trials", "ns/op", "anchor", "anchor ns/op",
+                   "speed-up [IQR]", "cost [IQR]", "wait p50 µs", "wait p99 µs", "errors",
+                   "leaked"]
+
+
+def summary_rows(summary) -> list[tuple]:
+    """The summary as the page shows it: ratios with their IQR in one cell."""
+    def ratio(m, q1, q3, unit=""):
+        return f"{m:.2f}{unit} [{q1:.2f}-{q3:.2f}]" if _ok(m) else ""
+
+    def num(v, fmt="{:,.0f}"):
+        return fmt.format(v) if _ok(v) else ""
+
+    return [(r.scenario, r.impl, int(r.concurrency), int(r.permits), int(r.trials),
+             num(r.median_ns), r.anchor or "", num(r.anchor_median_ns),
+             ratio(r.median_speedup, r.q1_speedup, r.q3_speedup, "x"),
+             ratio(r.median_cost_ratio, r.q1_cost_ratio, r.q3_cost_ratio),
+             num(r.wait_p50_us, "{:.1f}"), num(r.wait_p99_us, "{:.1f}"), int(r.errors),
+             int(r.leaked_permits)) for r in summary.itertuples()]
+
+
 def write_report(out: Path, summary, results, scaling, scaling_trials, meta: dict) -> Path:
+    """Plots and ``out/index.html``; returns the page's path."""
     figs = []
     if summary is not None:
-        if plot_throughput(summary, out / "throughput.png"):
-            figs.append(("Throughput against concurrency", "throughput.png"))
         if plot_speedup(summary, out / "speedup.png"):
-            figs.append(("Speed-up ratios over the stdlib anchors", "speedup.png"))
+            figs.append(("Speed-up and cost against the stdlib anchors", "speedup.png",
+                         "Bars: median over trials of each trial's ratio; whiskers: IQR. "
+                         "Log axes: the dashed line is the anchor."))
+        if plot_throughput(summary, out / "throughput.png"):
+            figs.append(("Throughput against concurrency", "throughput.png",
+                         "Dashed: the anchor, median over all trials at that N."))
     if results is not None and plot_latency(results, out / "latency.png"):
-        figs.append(("Wait-latency distribution", "latency.png"))
+        figs.append(("Wait-latency distribution", "latency.png",
+                     "Wall time from the acquire call to the grant, per-trial p50 and p99."))
     if plot_scaling(scaling, scaling_trials, out / "scaling.png"):
-        figs.append(("Per-core scaling", "scaling.png"))
+        figs.append(("Per-core scaling", "scaling.png",
+                     "k executors at once, each hammering its own limiter."))
     page = ReportPage(
         "pylimiter benchmark grid",
         subtitle=f"master={meta.get('master')}  trials={meta.get('trials')}  "
                  f"elapsed={meta.get('elapsed_s', 0):.0f} s",
-        command=f"python -m pylimiter.bench {meta.get('argv') or ''}".strip(),
+        command=command_line("python -m pylimiter.bench", meta.get("argv") or []),
         env=environment(meta.get("spark_version")))
-    page.paragraph("Each trial runs the implementation and its stdlib anchor alternately in one "
-                   "executor process; speed-up = anchor ns/op divided by pylimiter ns/op of that "
-                   "trial. Medians and IQR are over trials (repeats spread over executors).")
-    for title, png in figs:
-        page.figure(png, title=title)
-    page.table(summary, title="Summary")
+    page.verdict(verdict(summary, scaling))
+    page.paragraph("Each trial runs pylimiter, its stdlib anchor and (tasks, timeouts) the "
+                   "same work without a limiter in interleaved rounds in one executor "
+                   "process, the order flipped every round, timed in thread CPU time (wall "
+                   "time for the threads scenario).  A trial's speed-up is the median of its "
+                   "per-round ratios anchor / pylimiter; the cost ratio is (pylimiter - no "
+                   "limiter) / (anchor - no limiter).  N: tasks, threads or waiters at once; "
+                   "K: permits.  Medians and IQR are over trials (repeats spread over "
+                   "executors).")
+    for title, png, caption in figs:
+        page.figure(png, caption, title=title)
+    if summary is not None:
+        page.table(summary_rows(summary), SUMMARY_COLUMNS, title="Summary (medians over trials)")
     if scaling is not None:
         page.table(scaling, title="Scaling")
-    page.files(["results.parquet", "results.csv", "trials.parquet", "summary.*", "scaling.*"],
-               "Raw rows")
+    page.files(["results.parquet", "results.csv", "trials.*", "summary.*", "scaling.*",
+                "scaling_trials.*"], "Raw rows")
     return page.write(out)

@@ -16,13 +16,27 @@ hammering a limiter of its own; per-executor throughput should stay flat.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import random
+import signal
 import sys
+import threading
 import time
 from pathlib import Path
 
+from .._cli import (
+    UsageError,
+    fmt_seconds,
+    make_parser,
+    non_negative_int,
+    positive_float,
+    positive_int,
+    require,
+    run,
+    writable_dir,
+)
 from ..spark.progress import JobProgress
-from ..spark.session import UsageError, check_master, spark_session, write_table
+from ..spark.session import check_master, spark_session, write_table
 from .scenarios import IMPLEMENTATIONS, SCENARIOS
 
 PROG = "python -m pylimiter.bench"
@@ -40,9 +54,10 @@ DEFAULT_CONCURRENCY = {
 DEFAULT_PERMITS = [10]
 RESULT_FIELDS = [
     ("trial", "long"), ("repeat", "int"), ("scenario", "string"), ("impl", "string"),
-    ("concurrency", "int"), ("permits", "int"), ("ops", "long"),
+    ("concurrency", "int"), ("permits", "int"), ("ops", "long"), ("rounds", "int"),
     ("ns_per_op", "double"), ("ops_per_s", "double"), ("anchor", "string"),
-    ("anchor_ns_per_op", "double"), ("speedup", "double"),
+    ("anchor_ns_per_op", "double"), ("speedup", "double"), ("speedup_lo", "double"),
+    ("speedup_hi", "double"), ("baseline_ns_per_op", "double"), ("cost_ratio", "double"),
     ("wait_p50_us", "double"), ("wait_p99_us", "double"), ("wait_max_us", "double"),
     ("errors", "long"), ("leaked_permits", "long"), ("host", "string"),
     ("pid", "int"), ("worker", "string"), ("seconds", "double"), ("failure", "string"),
@@ -62,7 +77,8 @@ def _int_list(text: str) -> list[int]:
     return vals
 
 
-def _name_list(choices):
+def name_list(choices):
+    """argparse type: a comma-separated list of names out of ``choices``."""
     def parse(text: str) -> list[str]:
         vals = [x.strip() for x in text.split(",") if x.strip()]
         bad = [v for v in vals if v not in choices]
@@ -73,48 +89,31 @@ def _name_list(choices):
     return parse
 
 
-def _positive_int(text: str) -> int:
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}")
-    if v <= 0:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {v}")
-    return v
-
-
-def _positive_float(text: str) -> float:
-    try:
-        v = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}")
-    if not v > 0:
-        raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
-    return v
-
-
 def build_parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(
-        prog=PROG, description="Run pylimiter's benchmark grid on Spark (local[*] by default).")
+    ap = make_parser(PROG, "Run pylimiter's benchmark grid on Spark: every scenario's trials "
+                           "(pylimiter and its\nstdlib anchor side by side in one executor "
+                           "process) spread over executors,\naggregated with Spark SQL, "
+                           "summarised in the terminal and in an HTML report.")
     ap.add_argument("--master", default="local[*]",
-                    help="Spark master URL: local[N], spark://host:port, yarn, k8s://... "
-                         "(default: local[*])")
-    ap.add_argument("--scenarios", type=_name_list(list(SCENARIOS)),
+                    help="Spark master URL: local[N], spark://host:port, yarn, k8s://...")
+    ap.add_argument("--scenarios", type=name_list(list(SCENARIOS)),
                     default=[s for s in SCENARIOS if s != "scaling"],
-                    help="comma-separated (default: all but scaling; see --scaling)")
-    ap.add_argument("--impls", type=_name_list(list(IMPLEMENTATIONS)), default=["c", "python"])
+                    help="comma-separated; scaling runs per --scaling")
+    ap.add_argument("--impls", type=name_list(list(IMPLEMENTATIONS)), default=["c", "python"],
+                    help="implementations: c (the C core), python (the pure-Python twin)")
     ap.add_argument("--concurrency", type=_int_list, default=None,
-                    help="override every concurrency axis, e.g. 10,100")
-    ap.add_argument("--permits", type=_int_list, default=DEFAULT_PERMITS)
-    ap.add_argument("--repeats", type=_positive_int, default=5)
-    ap.add_argument("--budget", type=_positive_float, default=0.3,
-                    help="seconds per side (implementation, anchor) per trial")
-    ap.add_argument("--scaling", type=int, default=-1, metavar="K",
+                    help="override every concurrency axis (N), e.g. 10,100")
+    ap.add_argument("--permits", type=_int_list, default=DEFAULT_PERMITS, help="permits (K)")
+    ap.add_argument("--repeats", type=positive_int, default=5, help="trials per configuration")
+    ap.add_argument("--budget", type=positive_float, default=0.3,
+                    help="seconds per side (pylimiter, anchor, baseline) per trial")
+    ap.add_argument("--scaling", type=non_negative_int, default=None, metavar="K",
                     help="per-core scaling up to K concurrent executors "
                          "(default: the cluster's parallelism; 0: skip)")
-    ap.add_argument("--out", type=Path, default=Path("reports/bench"))
-    ap.add_argument("--seed", type=int, default=1)
-    ap.add_argument("--no-progress", action="store_true")
+    ap.add_argument("--out", type=writable_dir, default=Path("reports/bench"),
+                    help="folder for the tables and the report")
+    ap.add_argument("--seed", type=int, default=1, help="seed of the trial order")
+    ap.add_argument("--no-progress", action="store_true", help="no progress bar")
     ap.add_argument("--no-report", action="store_true", help="skip plots and HTML")
     return ap
 
@@ -248,6 +247,12 @@ SELECT scenario, impl, concurrency, permits,
        percentile(anchor_ns_per_op, 0.5)         AS anchor_median_ns,
        percentile(speedup, 0.5)                  AS median_speedup,
        percentile(speedup, 0.75) - percentile(speedup, 0.25) AS iqr_speedup,
+       percentile(speedup, 0.25)                 AS q1_speedup,
+       percentile(speedup, 0.75)                 AS q3_speedup,
+       percentile(baseline_ns_per_op, 0.5)       AS baseline_median_ns,
+       percentile(cost_ratio, 0.5)               AS median_cost_ratio,
+       percentile(cost_ratio, 0.25)              AS q1_cost_ratio,
+       percentile(cost_ratio, 0.75)              AS q3_cost_ratio,
        percentile(wait_p50_us, 0.5)              AS wait_p50_us,
        percentile(wait_p99_us, 0.5)              AS wait_p99_us,
        max(wait_max_us)                          AS wait_max_us,
@@ -271,101 +276,167 @@ ORDER BY impl, concurrency
 """
 
 
+ANCHOR_SHORT = {"asyncio.Semaphore": "asyncio", "threading.Semaphore": "threading",
+                "asyncio.timeout+Semaphore": "timeout"}
+IMPL_SHORT = {"c": "C", "python": "py"}
+SUMMARY_WIDTH = 100
+
+
+def _ok(v) -> bool:
+    return v is not None and v == v
+
+
+def _num(v, fmt="{:.0f}") -> str:
+    return fmt.format(v) if _ok(v) else ""
+
+
 def print_summary(summary_pdf, scaling_pdf, console=None) -> None:
+    """The terminal summary: fits 100 columns; N and K explained below it."""
+    from rich import box
     from rich.console import Console
     from rich.table import Table
 
-    # Wide enough for all columns when stdout is a pipe (make, CI logs).
-    console = console or Console(width=None if sys.stdout.isatty() else 170)
-    t = Table(title="pylimiter benchmark grid (medians over trials; speed-up = anchor ns / impl ns, same trial)")
-    for col in ["scenario", "impl", "N", "K", "trials", "ns/op", "IQR", "anchor", "anchor ns/op",
-                "speed-up", "wait p50 µs", "wait p99 µs", "errors", "leaked"]:
-        t.add_column(col, justify="left" if col in ("scenario", "impl", "anchor") else "right")
-
-    def f(v, fmt="{:.0f}"):
-        return "" if v is None or v != v else fmt.format(v)
-
-    for r in (summary_pdf.itertuples() if summary_pdf is not None else []):
-        t.add_row(r.scenario, r.impl, str(r.concurrency), str(r.permits), str(r.trials),
-                  f(r.median_ns), f(r.iqr_ns), r.anchor or "", f(r.anchor_median_ns),
-                  f(r.median_speedup, "{:.2f}x"), f(r.wait_p50_us, "{:.1f}"),
-                  f(r.wait_p99_us, "{:.1f}"), str(int(r.errors)), str(int(r.leaked_permits)))
+    console = console or Console(width=SUMMARY_WIDTH)
     if summary_pdf is not None:
+        t = Table(title="pylimiter benchmark grid: medians over trials", box=box.SIMPLE_HEAD,
+                  pad_edge=False, collapse_padding=True, title_justify="left")
+        for col in ["scenario", "impl", "N", "K", "ns/op", "anchor", "speed-up", "IQR",
+                    "cost", "p99 µs"]:
+            t.add_column(col, justify="left" if col in ("scenario", "impl", "anchor")
+                         else "right", no_wrap=True)
+        for r in summary_pdf.itertuples():
+            iqr = f"{r.q1_speedup:.2f}-{r.q3_speedup:.2f}" if _ok(r.q1_speedup) else ""
+            t.add_row(r.scenario, IMPL_SHORT.get(r.impl, r.impl), str(r.concurrency),
+                      str(r.permits), _num(r.median_ns),
+                      ANCHOR_SHORT.get(r.anchor, r.anchor or ""),
+                      _num(r.median_speedup, "{:.2f}x"), iqr,
+                      _num(r.median_cost_ratio, "{:.2f}"),
+                      _num(r.wait_p99_us, "{:.1f}" if _ok(r.wait_p99_us)
+                           and r.wait_p99_us < 100 else "{:,.0f}"))
         console.print(t)
+        console.print(
+            "N: tasks, threads or waiters at once; K: permits of the limiter.  speed-up: "
+            "anchor's time / pylimiter's in the same trial (>1: pylimiter faster; "
+            "IQR over trials).  cost: (pylimiter - no limiter) / (anchor - no limiter), "
+            "<1: cheaper than the anchor.  p99 µs: wait from acquire call to grant.  "
+            "Anchors: asyncio = asyncio.Semaphore, threading = threading.Semaphore, "
+            "timeout = asyncio.timeout around asyncio.Semaphore.acquire.",
+            width=SUMMARY_WIDTH, soft_wrap=False)
+        errors, leaked = int(summary_pdf["errors"].sum()), int(summary_pdf["leaked_permits"].sum())
+        failed = int(summary_pdf["failed_trials"].sum())
+        console.print(f"errors: {errors}, leaked permits: {leaked}, failed trials: {failed}")
     if scaling_pdf is not None and len(scaling_pdf):
-        s = Table(title="per-core scaling (uncontended, one limiter per executor)")
-        for col in ["impl", "executors", "trials", "ops/s per executor", "aggregate ops/s"]:
+        s = Table(title="per-core scaling (uncontended, one limiter per executor)",
+                  box=box.SIMPLE_HEAD, pad_edge=False, title_justify="left")
+        for col in ["impl", "executors", "trials", "M ops/s per executor", "M ops/s in all"]:
             s.add_column(col, justify="right")
         for r in scaling_pdf.itertuples():
             s.add_row(r.impl, str(r.executors), str(r.trials),
-                      f(r.median_ops_per_s_per_executor), f(r.aggregate_ops_per_s))
+                      _num(r.median_ops_per_s_per_executor / 1e6, "{:.2f}"),
+                      _num(r.aggregate_ops_per_s / 1e6, "{:.2f}"))
         console.print(s)
 
 
-def main(argv=None, *, spark=None) -> int:
-    """The CLI.  ``spark``: an existing session to run on (left running);
-    by default one is started for --master and stopped at the end."""
-    ap = build_parser()
-    args = ap.parse_args(argv)   # usage errors: argparse's one line, exit 2
-    try:
-        if spark is None:
-            check_master(args.master)
-        trials = expand_grid(args)
-        if not trials and args.scaling == 0:
-            raise UsageError("the grid is empty: nothing to run")
-        import pyspark  # noqa: F401  (a clear error if the extra is missing)
-    except UsageError as exc:
-        print(f"{PROG}: error: {exc}", file=sys.stderr)
-        return 2
-    except ImportError as exc:
-        print(f"{PROG}: error: {exc.name} is missing; pip install 'pylimiter-pulsar[spark]'",
-              file=sys.stderr)
-        return 2
+@contextlib.contextmanager
+def cancel_on_interrupt(sc):
+    """Ctrl-C while Spark jobs run: cancel them and raise KeyboardInterrupt
+    once the driver's blocking call has returned.
 
+    pyspark's own SIGINT handler calls into the JVM from inside the signal
+    handler, on the very py4j connection the interrupted call is reading,
+    and py4j then logs both calls with tracebacks.  Here the handler only
+    sets a flag and cancels from another thread (its own py4j connection);
+    the session is then stopped normally by ``spark_session``.  A second
+    Ctrl-C interrupts at once."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    interrupted = threading.Event()
+
+    finished = threading.Event()
+
+    def cancel():
+        # Again and again until the block is left: a job the driver submits
+        # after the first cancel (the next stage, the next table) is not
+        # covered by it.
+        while not finished.is_set():
+            with contextlib.suppress(Exception):
+                sc.cancelAllJobs()
+            finished.wait(0.5)
+
+    def handler(signum, frame):
+        if interrupted.is_set():
+            raise KeyboardInterrupt
+        interrupted.set()
+        print(f"{PROG}: interrupted, cancelling the Spark jobs...", file=sys.stderr, flush=True)
+        threading.Thread(target=cancel, name="cancel-jobs", daemon=True).start()
+
+    previous = signal.signal(signal.SIGINT, handler)
+    try:
+        yield
+    except Exception:
+        if interrupted.is_set():  # the cancelled job's error: not a failure
+            raise KeyboardInterrupt from None
+        raise
+    finally:
+        finished.set()
+        signal.signal(signal.SIGINT, previous)
+    if interrupted.is_set():
+        raise KeyboardInterrupt
+
+
+def _measure(session, args, trials, cores, progress):
+    """The grid, then the scaling runs: tables written to --out, and the
+    summaries as pandas frames (None where nothing ran)."""
     out = args.out
-    out.mkdir(parents=True, exist_ok=True)
-    progress = not args.no_progress
-    try:
-        with spark_session(args.master, app_name="pylimiter-bench", spark=spark) as session:
-            t0 = time.time()
-            sc = session.sparkContext
-            cores = sc.defaultParallelism
-            spark_version = session.version
-            print(f"Spark {spark_version} master={sc.master} parallelism={cores} "
-                  f"trials={len(trials)} python={sys.executable}", flush=True)
-            scaling_df = None
-            if trials:
-                trials_df, results = run_grid(session, trials, progress)
-                write_table(trials_df, out, "trials")
-                write_table(results, out, "results")
-                results.createOrReplaceTempView("trials")
-                summary = session.sql(SUMMARY_SQL)
-                write_table(summary, out, "summary")
-                summary_pdf = summary.toPandas()
-                results_pdf = results.toPandas()
-                results.unpersist()
-            else:
-                summary_pdf = results_pdf = None
-            kmax = cores if args.scaling < 0 else args.scaling
-            scaling_pdf = scaling_trials_pdf = None
-            if kmax > 0 and ("scaling" in args.scenarios or args.scaling != 0):
-                scaling_df = run_scaling(session, args.impls, kmax, args.repeats,
-                                         args.budget, progress)
-                scaling_df.createOrReplaceTempView("scaling")
-                scaling_sum = session.sql(SCALING_SQL)
-                write_table(scaling_df, out, "scaling_trials")
-                write_table(scaling_sum, out, "scaling")
-                scaling_pdf = scaling_sum.toPandas()
-                scaling_trials_pdf = scaling_df.toPandas()
-            elapsed = time.time() - t0
-    except UsageError as exc:
-        print(f"{PROG}: error: {exc}", file=sys.stderr)
-        return 2
-    except Exception as exc:
-        msg = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        print(f"{PROG}: error: {type(exc).__name__}: {msg}", file=sys.stderr)
-        return 1
+    summary_pdf = results_pdf = scaling_pdf = scaling_trials_pdf = None
+    if trials:
+        trials_df, results = run_grid(session, trials, progress)
+        write_table(trials_df, out, "trials")
+        write_table(results, out, "results")
+        results.createOrReplaceTempView("trials")
+        summary = session.sql(SUMMARY_SQL)
+        write_table(summary, out, "summary")
+        summary_pdf = summary.toPandas()
+        results_pdf = results.toPandas()
+        results.unpersist()
+    kmax = cores if args.scaling is None else args.scaling
+    if kmax > 0:
+        scaling_df = run_scaling(session, args.impls, kmax, args.repeats, args.budget, progress)
+        scaling_df.createOrReplaceTempView("scaling")
+        scaling_sum = session.sql(SCALING_SQL)
+        write_table(scaling_df, out, "scaling_trials")
+        write_table(scaling_sum, out, "scaling")
+        scaling_pdf = scaling_sum.toPandas()
+        scaling_trials_pdf = scaling_df.toPandas()
+    return summary_pdf, results_pdf, scaling_pdf, scaling_trials_pdf
 
+
+def _run(args, spark) -> int:
+    if spark is None:
+        check_master(args.master)
+    require(["pyspark", "pandas", "pyarrow", "matplotlib", "rich"], "spark")
+    trials = expand_grid(args)
+    if not trials and args.scaling == 0:
+        raise UsageError("the grid is empty: nothing to run")
+    out = args.out
+    progress = not args.no_progress
+    scen = sorted({t["scenario"] for t in trials})
+    print(f"{PROG}: {len(trials)} trials ({len(scen)} scenarios x {len(args.impls)} "
+          f"implementations x {args.repeats} repeats), ~{fmt_seconds(args.budget)} per side; "
+          + (f"starting Spark ({args.master})..." if spark is None else "on the given session"),
+          flush=True)
+    with spark_session(args.master, app_name="pylimiter-bench", spark=spark) as session:
+        t0 = time.time()
+        sc = session.sparkContext
+        cores = sc.defaultParallelism
+        spark_version = session.version
+        print(f"Spark {spark_version}, master {sc.master}, parallelism {cores}; "
+              f"executors run {sys.executable}", flush=True)
+        with cancel_on_interrupt(sc):
+            summary_pdf, results_pdf, scaling_pdf, scaling_trials_pdf = _measure(
+                session, args, trials, cores, progress)
+        elapsed = time.time() - t0
     print_summary(summary_pdf, scaling_pdf)
     bad = []
     if summary_pdf is not None:
@@ -379,12 +450,21 @@ def main(argv=None, *, spark=None) -> int:
         index = write_report(out, summary_pdf, results_pdf, scaling_pdf, scaling_trials_pdf,
                              meta={"master": args.master, "elapsed_s": elapsed,
                                    "trials": len(trials), "spark_version": spark_version,
-                                   "argv": " ".join(sys.argv[1:] if argv is None else argv)})
+                                   "argv": args.argv})
         print(f"report: {index.resolve()}")
     print(f"data: {out.resolve()} (trials, results, summary, scaling as Parquet and CSV); "
-          f"{elapsed:.0f} s")
+          f"{fmt_seconds(elapsed)}")
     if bad:
-        print(f"{PROG}: error: {'; '.join(bad)}", file=sys.stderr)
-        return 1
+        raise RuntimeError("; ".join(bad))
     return 0
 
+
+def main(argv=None, *, spark=None) -> int:
+    """The CLI.  ``spark``: an existing session to run on (left running);
+    by default one is started for --master and stopped at the end.  Exit
+    status 2 for usage errors, 1 for failures, 130 on Ctrl-C."""
+    def go(a):
+        args = build_parser().parse_args(a)
+        args.argv = list(sys.argv[1:] if a is None else a)
+        return _run(args, spark)
+    return run(go, PROG, argv)

@@ -1,0 +1,225 @@
+"""``python -m benchmarks.table``: issue 14's table of figures on every CPython
+here (3.10-3.13), on the default event loop and on uvloop, into
+``benchmarks/results/figures.md`` (and ``figures.csv``, one row per figure,
+loop and Python, with median, quartiles and extremes over rounds).
+
+For each interpreter the extension is built in place by a venv of that
+version (``.venv-bench-3.X``, created once with uvloop, Cython and
+setuptools, then reused), and one worker process measures every figure of
+:mod:`benchmarks.figures`: each is a ratio of sides measured in that same
+process, in interleaved rounds with the order flipped every round, in thread
+CPU time; the figure is the median over rounds.  Versions that are not
+installed are reported and skipped.
+
+    python -m benchmarks.table                       # what `make bench-table` runs
+    python -m benchmarks.table --pythons 3.12 --loops asyncio --figures await,tasks
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+PYENV = Path(os.environ.get("PYENV_ROOT", Path.home() / ".pyenv")) / "versions"
+VERSIONS = ["3.10", "3.11", "3.12", "3.13"]
+PROG = "python -m benchmarks.table"
+COMMAND = "make bench-table"
+
+
+def find_python(version: str) -> Path | None:
+    """This interpreter if it is ``version``, else the newest pyenv one."""
+    if f"{sys.version_info[0]}.{sys.version_info[1]}" == version:
+        return Path(sys.executable)
+    found = sorted(PYENV.glob(f"{version}.*/bin/python{version}"),
+                   key=lambda p: [int(x) for x in p.parent.parent.name.split(".")
+                                  if x.isdigit()])
+    return found[-1] if found else None
+
+
+def _run(cmd, **kw) -> str:
+    proc = subprocess.run([str(c) for c in cmd], capture_output=True, text=True, **kw)
+    if proc.returncode != 0:
+        tail = (proc.stdout + proc.stderr).strip().splitlines()[-15:]
+        raise RuntimeError(f"{' '.join(map(str, cmd))} failed:\n" + "\n".join(tail))
+    return proc.stdout
+
+
+def prepare(version: str, py: Path) -> Path:
+    """The interpreter that will measure ``version``, with the extension
+    built in place for it."""
+    if py == Path(sys.executable):
+        vpy = py
+    else:
+        venv = ROOT / f".venv-bench-{version}"
+        vpy = venv / "bin" / "python"
+        if not (venv / ".ready").exists():
+            print(f"  creating {venv.name} (uvloop, Cython, setuptools)", flush=True)
+            _run([py, "-m", "venv", "--clear", venv])
+            _run([vpy, "-m", "pip", "install", "-q", "uvloop>=0.19", "Cython>=3.0.10",
+                  "setuptools>=77"])
+            (venv / ".ready").touch()
+    _run([vpy, "setup.py", "-q", "build_ext", "--inplace"], cwd=ROOT)
+    return vpy
+
+
+def worker(args) -> int:
+    """Measure the figures in this process and write them as JSON."""
+    import pylimiter
+    from pylimiter._impls import IMPLEMENTATIONS
+
+    from .figures import BY_KEY, FIGURES, LOOPS, measure
+
+    if pylimiter.IMPLEMENTATION != "c":
+        raise SystemExit("the C extension did not load; the table measures it")
+    c, py = IMPLEMENTATIONS["c"].module, IMPLEMENTATIONS["python"].module
+    figures = [BY_KEY[k] for k in args.figures] if args.figures else FIGURES
+    rows = []
+    for fig in figures:
+        for loop in (args.loops if fig.uses_loop else ["-"]):
+            if loop not in LOOPS and loop != "-":
+                continue
+            row = measure(fig, c, py, loop, scale=args.scale)
+            if row is not None:
+                rows.append(row)
+                print(f"  {row['python']:5} {fig.key:18} {loop:8} {_cell(row)}", flush=True)
+    try:
+        import uvloop
+        uv = uvloop.__version__
+    except ImportError:
+        uv = None
+    Path(args.worker).write_text(json.dumps({"rows": rows, "uvloop": uv}))
+    return 0
+
+
+def _fmt(kind: str, v: float) -> str:
+    return f"{v:.2f}x" if kind in ("faster", "slower") else f"{v:.2f}"
+
+
+def _cell(r: dict) -> str:
+    mark = {True: " ✓", False: " ✗", None: ""}[r["meets"]]
+    return (f"{_fmt(r['kind'], r['median'])} [{r['q1']:.2f}–{r['q3']:.2f}]{mark}")
+
+
+def _goal(cells: list) -> str:
+    """The targets of a row; per version where they differ."""
+    have = [r for r in cells if r and r["target"] is not None]
+    if not have:
+        return ""
+    op = ">= " if have[0]["kind"] == "faster" else "<= "
+    goals = {r["python"]: op + _fmt(r["kind"], r["target"]) for r in have}
+    if len(set(goals.values())) == 1:
+        return next(iter(goals.values()))
+    return "; ".join(f"{v}: {g}" for v, g in goals.items())
+
+
+def write_outputs(rows: list[dict], env: dict, out: Path) -> Path:
+    from .figures import FIGURES
+
+    out.mkdir(parents=True, exist_ok=True)
+    fields = ["figure", "loop", "python", "python_full", "kind", "rounds", "median", "q1", "q3",
+              "lo", "hi", "n", "target", "meets", "mine_ns_per_op", "anchor_ns_per_op",
+              "base_ns_per_op"]
+    with (out / "figures.csv").open("w", newline="") as f:
+        w = csv.DictWriter(f, fields, extrasaction="ignore")
+        w.writeheader()
+        for r in rows:
+            w.writerow({k: (round(v, 4) if isinstance(v, float) else v)
+                        for k, v in r.items()})
+    versions = sorted({r["python"] for r in rows}, key=lambda v: tuple(map(int, v.split("."))))
+    full = {r["python"]: r["python_full"] for r in rows}
+    by = {(r["figure"], r["loop"], r["python"]): r for r in rows}
+    lines = [
+        "# Issue 14's figures, measured",
+        "",
+        f"Command: `{COMMAND}` (`{PROG}`).  Machine: {env['CPU']}, {env['OS']}; "
+        f"pylimiter {env['pylimiter']}; uvloop {env.get('uvloop') or 'not installed'}; "
+        f"{env['date']}.",
+        "",
+        "Each cell: the median over rounds of a ratio measured in one process, "
+        "[first–third quartile]; rounds interleaved with the order flipped every "
+        "round, thread CPU time.  ✓/✗: meets the target of issue 14 or not "
+        "(no mark: no target for that Python).  x faster = anchor's time / "
+        "pylimiter's; cost = (pylimiter - baseline) / (anchor - baseline), lower "
+        "is better; x slower = pylimiter's time / anchor's.  Extremes and ns/op of "
+        "every side are in `figures.csv`.",
+        "",
+        "| figure | loop | target | " + " | ".join(f"{v} ({full[v]})" for v in versions) + " |",
+        "|---|---|---|" + "---|" * len(versions),
+    ]
+    for fig in FIGURES:
+        for loop in ("asyncio", "uvloop", "-"):
+            cells = [by.get((fig.key, loop, v)) for v in versions]
+            if not any(cells):
+                continue
+            lines.append(f"| {fig.title} | {loop} | {_goal(cells)} | "
+                         + " | ".join(_cell(r) if r else "n/a" for r in cells) + " |")
+    notes = sorted({f"`{f.key}`: {f.note}" for f in FIGURES if f.note})
+    if notes:
+        lines += ["", "n/a: not measurable there (" + "; ".join(notes) + ")."]
+    md = out / "figures.md"
+    md.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return md
+
+
+def parent(args) -> int:
+    from pylimiter.spark.report import environment
+
+    rows, skipped, uv = [], [], None
+    for version in args.pythons:
+        py = find_python(version)
+        if py is None:
+            skipped.append(version)
+            print(f"skip {version}: no interpreter (looked in {PYENV})", flush=True)
+            continue
+        print(f"== CPython {version}: {py}", flush=True)
+        vpy = prepare(version, py)
+        with tempfile.NamedTemporaryFile(suffix=".json") as tmp:
+            cmd = [vpy, "-m", "benchmarks.table", "--worker", tmp.name, "--scale",
+                   str(args.scale), "--loops", ",".join(args.loops)]
+            if args.figures:
+                cmd += ["--figures", ",".join(args.figures)]
+            env = dict(os.environ, PYTHONPATH=str(ROOT))
+            env.pop("PYLIMITER_NO_EXTENSIONS", None)
+            subprocess.run([str(c) for c in cmd], cwd=ROOT, env=env, check=True)
+            data = json.loads(Path(tmp.name).read_text())
+        rows += data["rows"]
+        uv = uv or data["uvloop"]
+    if not rows:
+        print(f"{PROG}: error: nothing measured", file=sys.stderr)
+        return 1
+    md = write_outputs(rows, environment(None, uvloop=uv), args.out)
+    print(md.read_text())
+    print(f"written: {md} and {md.with_suffix('.csv')}")
+    return 0
+
+
+def main(argv=None) -> int:
+    from pylimiter._cli import make_parser, positive_float, run
+
+    from pylimiter.bench.runner import name_list as names
+
+    from .figures import BY_KEY
+
+    ap = make_parser(PROG, __doc__.split("\n\n")[0])
+    ap.add_argument("--pythons", type=names(VERSIONS), default=VERSIONS,
+                    help="CPython versions to measure")
+    ap.add_argument("--loops", type=names(["asyncio", "uvloop"]), default=["asyncio", "uvloop"])
+    ap.add_argument("--figures", type=names(list(BY_KEY)), default=None,
+                    help="figure keys (default: all)")
+    ap.add_argument("--scale", type=positive_float, default=1.0,
+                    help="multiplies every figure's number of rounds")
+    ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
+    ap.add_argument("--worker", metavar="JSON", help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    return run(lambda _: worker(args) if args.worker else parent(args), PROG, argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

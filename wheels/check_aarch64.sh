@@ -1,0 +1,84 @@
+#!/usr/bin/env bash
+# Check the aarch64 wheels in wheels/dist (or the versions given).
+#
+#   - cp311 and cp313: installed (pip --target, arm64 wheels of the test
+#     dependencies) and the Python suite (less the `slow` CLI-subprocess
+#     tests) run by Debian's arm64 python3.11 / python3.13 under
+#     qemu-aarch64, from a folder holding only tests/;
+#   - cp310 and cp312: no arm64 interpreter of those versions exists in any
+#     reachable registry (see aarch64_env.sh), so they are checked without
+#     running: an AArch64 ELF with the right SOABI, and every Python C-API
+#     symbol it imports exported by that CPython version's libpython.  They
+#     come from the same recipe as the two that run (build_aarch64.sh).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+PYENV=${PYENV_VERSIONS:-/root/.pyenv/versions}
+PY=${PY:-$ROOT/.venv/bin/python}
+VERSIONS=("$@")
+[ ${#VERSIONS[@]} -eq 0 ] && VERSIONS=(3.10 3.11 3.12 3.13)
+source wheels/aarch64_env.sh
+
+ran=0
+for v in "${VERSIONS[@]}"; do
+    tag=cp${v/./}
+    whl=$(ls "$ROOT"/wheels/dist/pylimiter_pulsar-*-"$tag"-"$tag"-*manylinux_2_17_aarch64.whl 2>/dev/null || true)
+    [ -n "$whl" ] || { echo "FAIL: no $tag aarch64 wheel in wheels/dist (wheels/build_aarch64.sh $v)"; exit 1; }
+    name=$(basename "$whl")
+    if [ -z "${GUEST_SUITE[$v]:-}" ]; then
+        x=$AWORK/static-$v
+        rm -rf "$x" && mkdir -p "$x" && (cd "$x" && unzip -q "$whl")
+        so=$x/pylimiter/_limiter_c.cpython-${v/./}-aarch64-linux-gnu.so
+        [ -f "$so" ] || { echo "FAIL: $name has no $(basename "$so")"; exit 1; }
+        readelf -h "$so" | grep -q 'Machine:.*AArch64' || { echo "FAIL: $name: not AArch64"; exit 1; }
+        lib=$(ls "$PYENV"/"$v".*/lib/libpython"$v".so.1.0 2>/dev/null | sort -V | tail -1 || true)
+        [ -n "$lib" ] || { echo "FAIL: no libpython$v.so to check $name against"; exit 1; }
+        need=$(aarch64-linux-gnu-nm -D --undefined-only "$so" | awk '{print $2}' | grep -E '^_?Py' | sort -u)
+        have=$(nm -D --defined-only "$lib" | awk '{print $3}' | sort -u)
+        missing=$(comm -23 <(echo "$need") <(echo "$have"))
+        [ -z "$missing" ] || { echo "FAIL: $name imports what CPython $v lacks: $missing"; exit 1; }
+        echo "ok   $name: AArch64, $(wc -l <<<"$need") C-API symbols all in CPython $v" \
+             "(not run: no arm64 CPython $v here)"
+        continue
+    fi
+    guest=$(guest_python "$v")
+    site=$AWORK/site-$v
+    suite=$AWORK/suite-$v
+    rm -rf "$site" "$suite"
+    "$PY" -m pip install -q --target "$site" --platform manylinux2014_aarch64 \
+        --python-version "$v" --implementation cp --abi "$tag" --only-binary=:all: \
+        "$whl" "pytest>=8" "hypothesis>=6.100" >"$AWORK/pip-$v.log" 2>&1 \
+        || { tail -20 "$AWORK/pip-$v.log"; exit 1; }
+    mkdir -p "$suite"
+    cp -r tests "$suite/" && rm -rf "$suite/tests/c" "$suite/tests/model" && cp pyproject.toml "$suite/"
+    find "$suite" -name __pycache__ -prune -exec rm -rf {} +
+    # Hypothesis's too_slow health check times input generation, which under
+    # emulation includes the first translation of every code path (a single
+    # draw took 57 s once): a health check of the host, not of the wheel.
+    cat >"$suite/qemu_hypothesis.py" <<'EOF'
+from hypothesis import HealthCheck, settings
+
+settings.register_profile("qemu", suppress_health_check=[HealthCheck.too_slow], deadline=None)
+settings.load_profile("qemu")
+EOF
+    where=$(cd "$suite" && PYTHONPATH=$site "$guest" -c "
+import pathlib, platform, pylimiter
+assert platform.machine() == 'aarch64', platform.machine()
+assert pylimiter.IMPLEMENTATION == 'c', pylimiter.IMPLEMENTATION
+print(platform.python_version(), pathlib.Path(pylimiter.__file__).parent)")
+    # Emulation is 10-20x slower: give the watchdog room, and leave out the
+    # `slow` tests (command-line runs in subprocesses, a minute each under
+    # qemu; they test the CLIs, which the x86_64 wheels' runs cover).
+    log=$AWORK/pytest-$v.log
+    if (cd "$suite" && PYTHONPATH=$site:$suite "$guest" -m pytest -q -rfE -p no:cacheprovider -p qemu_hypothesis \
+            -o faulthandler_timeout=600 -m "not slow" tests >"$log" 2>&1); then
+        summary=$(tail -1 "$log")
+    else
+        grep -E "^(FAILED|ERROR)" "$log" || tail -30 "$log"
+        echo "FAIL: $name: $(tail -1 "$log")"
+        exit 1
+    fi
+    echo "ok   $name: arm64 CPython $where | $summary"
+    ran=$((ran + 1))
+done
+echo "aarch64 wheels checked (${ran} run under qemu)"
