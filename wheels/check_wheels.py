@@ -56,9 +56,14 @@ def find_python(version: str) -> Path | None:
 #: Files every wheel must carry: the extension's package, each subpackage
 #: (found by pyproject's packages.find, so a new one cannot be forgotten)
 #: and the generated protobuf module the topic-list service imports.
+#: Every C extension setup.py builds: a wheel without one of them is broken
+#: (the pure twins are fallbacks only under PYLIMITER_NO_EXTENSIONS).
+EXTENSIONS = ["pylimiter._limiter_c", "pylimiter.pulsar.cache._cache_c"]
 WHEEL_MUST = ["pylimiter/__init__.py", "pylimiter/py.typed", "pylimiter/spark/session.py",
               "pylimiter/bench/runner.py", "pylimiter/pulsar/__init__.py",
-              "pylimiter/pulsar/topiclist/pulsar_topiclist_pb2.py"]
+              "pylimiter/pulsar/topiclist/pulsar_topiclist_pb2.py", "pylimiter/pulsar/balance/__init__.py",
+              "pylimiter/pulsar/cache/__init__.py", "pylimiter/pulsar/cursor/__init__.py",
+              "pylimiter/prometheus.py"]
 
 
 def check_contents(whl: Path) -> None:
@@ -73,8 +78,9 @@ def check_contents(whl: Path) -> None:
         missing.append("*.dist-info/licenses/LICENSE")
     if missing:
         raise CheckFailed(f"{whl.name} lacks {missing}")
-    if not any(re.match(r"pylimiter/_limiter_c\..*\.(so|pyd)$", n) for n in names):
-        raise CheckFailed(f"{whl.name} has no compiled pylimiter._limiter_c")
+    for ext in EXTENSIONS:
+        if not any(re.match(rf"{ext.replace('.', '/')}\..*\.(so|pyd)$", n) for n in names):
+            raise CheckFailed(f"{whl.name} has no compiled {ext}")
     leaked = [n for n in names if n.startswith(("tests/", "benchmarks/"))
               or re.search(r"(^|/)test_[^/]*\.py$|\.(pyx|c|h)$", n)]
     if leaked:
@@ -118,7 +124,8 @@ def check_sdist(sdist: Path, scratch: Path, python_version: str) -> str:
         names = [n.split("/", 1)[1] for n in tar.getnames() if "/" in n]
     must = ["csrc/plim.h", "csrc/plim_sem.c", "csrc/plim_waitq.c",
             "pylimiter/_limiter_c.pyx", "setup.py", "pyproject.toml", "LICENSE",
-            "pylimiter/pulsar/topiclist/pulsar_topiclist_pb2.py"]
+            "pylimiter/pulsar/topiclist/pulsar_topiclist_pb2.py",
+            "csrc/plim_cacheq.c", "csrc/plim_cacheq.h", "pylimiter/pulsar/cache/_cache_c.pyx"]
     missing = [m for m in must if m not in names]
     if missing:
         raise CheckFailed(f"{sdist.name} lacks {missing}")

@@ -131,7 +131,8 @@ max-width:{PAGE_WIDTH_PX - 48}px;padding:0 24px;color:#222;line-height:1.45}}
 h1{{margin-bottom:4px}} h2{{margin-top:32px;border-bottom:1px solid #ddd;padding-bottom:4px}}
 .sub{{color:#555;margin-top:0}}
 .env{{font-size:13px;background:#f6f8fa;border:1px solid #e1e4e8;padding:8px 12px;border-radius:6px}}
-.env td{{border:none;padding:1px 12px 1px 0;text-align:left}} .env td:first-child{{color:#555}}
+.env td{{border:none;padding:1px 12px 1px 0;text-align:left;white-space:normal;
+overflow-wrap:anywhere}} .env td:first-child{{white-space:nowrap}} .env td:first-child{{color:#555;vertical-align:top}}
 .verdict{{background:#eef6ee;border-left:4px solid #3a7d44;padding:10px 14px;margin:16px 0}}
 code,pre{{font-family:ui-monospace,Menlo,Consolas,monospace;font-size:13px}}
 pre{{background:#f6f8fa;padding:8px 12px;overflow-x:auto;white-space:pre-wrap}}

@@ -66,6 +66,12 @@ def quiet_log4j(path: Path) -> Path:
         "appender.console.target = SYSTEM_ERR\n"
         "appender.console.layout.type = PatternLayout\n"
         "appender.console.layout.pattern = %d{HH:mm:ss} %p %c{1}: %m%n\n"
+        # PySpark's driver counts as a shell: unless the class that starts
+        # Spark's logging has a logger config of its own, Spark prints
+        # "Setting default log level to WARN" and lowers the console
+        # threshold to WARN.  One config for all of org.apache.spark covers it.
+        "logger.spark.name = org.apache.spark\n"
+        "logger.spark.level = error\n"
     )
     return path
 
