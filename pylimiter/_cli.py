@@ -116,6 +116,64 @@ def positive_float(text: str) -> float:
     return value
 
 
+def non_negative_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not (math.isfinite(value) and value >= 0):
+        raise argparse.ArgumentTypeError(f"must be a finite number >= 0, got {text}")
+    return value
+
+
+def fraction(text: str) -> float:
+    """A number between 0 and 1, both included."""
+    value = non_negative_float(text)
+    if value > 1:
+        raise argparse.ArgumentTypeError(f"must be between 0 and 1, got {text}")
+    return value
+
+
+def port(text: str) -> int:
+    """A TCP port, 0 meaning any free one."""
+    value = non_negative_int(text)
+    if value > 65535:
+        raise argparse.ArgumentTypeError(f"must be a port number 0..65535, got {value}")
+    return value
+
+
+def name_list(choices: Sequence[str]) -> Callable[[str], list]:
+    """argparse type: a comma-separated, non-empty list of names out of
+    ``choices``."""
+    def parse(text: str) -> list:
+        vals = [x.strip() for x in text.split(",") if x.strip()]
+        bad = [v for v in vals if v not in choices]
+        if bad or not vals:
+            raise argparse.ArgumentTypeError(
+                f"unknown {bad[0] if bad else '(empty)'!r}; choose from {', '.join(choices)}")
+        return vals
+    return parse
+
+
+def number_list(kind: Callable[[str], float], minimum: float, what: str = "numbers",
+                maximum: Optional[float] = None) -> Callable[[str], list]:
+    """argparse type: a comma-separated, non-empty list of ``kind`` values,
+    each >= ``minimum`` (and <= ``maximum`` when given)."""
+    def parse(text: str) -> list:
+        try:
+            vals = [kind(x) for x in text.split(",") if x.strip()]
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                f"expected comma-separated {what}, got {text!r}") from None
+        if not vals or any(not math.isfinite(v) or v < minimum for v in vals):
+            raise argparse.ArgumentTypeError(f"expected {what} >= {minimum}, got {text!r}")
+        if maximum is not None and any(v > maximum for v in vals):
+            raise argparse.ArgumentTypeError(
+                f"expected {what} between {minimum} and {maximum}, got {text!r}")
+        return vals
+    return parse
+
+
 def require(modules: Sequence[str], extra: str) -> None:
     """UsageError naming the extra to install when one of ``modules`` cannot
     be imported."""

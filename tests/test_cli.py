@@ -114,3 +114,29 @@ def test_numbers_with_units():
     assert fmt_seconds(0.000123) == "123 µs" and fmt_seconds(0.25) == "250.0 ms"
     assert fmt_seconds(12.34) == "12.3 s" and fmt_seconds(75) == "1 min 15 s"
     assert fmt_rate(1_234_567, "rows") == "1.23 M rows/s" and fmt_rate(12, "req") == "12.0 req/s"
+
+
+def test_list_and_range_types():
+    import argparse
+
+    from pylimiter._cli import fraction, name_list, non_negative_float, number_list, port
+
+    assert non_negative_float("0") == 0.0 and fraction("1") == 1.0 and port("65535") == 65535
+    assert name_list(["a", "b"])("b, a") == ["b", "a"]
+    assert number_list(int, 1)("1,2") == [1, 2]
+    assert number_list(float, 0, "shares", maximum=1)("0,0.5") == [0.0, 0.5]
+    for parse, text, needle in [
+        (non_negative_float, "-1", "must be a finite number >= 0"),
+        (non_negative_float, "nan", "must be a finite number >= 0"),
+        (fraction, "1.5", "must be between 0 and 1"),
+        (port, "70000", "must be a port number 0..65535"),
+        (name_list(["a"]), "a,z", "unknown 'z'; choose from a"),
+        (name_list(["a"]), ",", "unknown '(empty)'"),
+        (number_list(int, 1, "counts"), "1,x", "expected comma-separated counts"),
+        (number_list(int, 1, "counts"), "0", "expected counts >= 1"),
+        (number_list(float, 0, "shares", maximum=1), "2", "between 0 and 1"),
+        (number_list(float, 0), "inf", "expected numbers >= 0"),
+    ]:
+        with pytest.raises(argparse.ArgumentTypeError) as e:
+            parse(text)
+        assert needle in str(e.value)

@@ -16,15 +16,14 @@ hammering a limiter of its own; per-executor throughput should stay flat.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import random
-import signal
 import sys
-import threading
 import time
 from pathlib import Path
 
 from .._cli import (
+    name_list,
+    number_list,
     UsageError,
     fmt_seconds,
     make_parser,
@@ -67,28 +66,6 @@ RESULT_FIELDS = [
 # ---- arguments -------------------------------------------------------------------
 
 
-def _int_list(text: str) -> list[int]:
-    try:
-        vals = [int(x) for x in text.split(",") if x.strip()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}")
-    if not vals or any(v <= 0 for v in vals):
-        raise argparse.ArgumentTypeError(f"expected positive integers, got {text!r}")
-    return vals
-
-
-def name_list(choices):
-    """argparse type: a comma-separated list of names out of ``choices``."""
-    def parse(text: str) -> list[str]:
-        vals = [x.strip() for x in text.split(",") if x.strip()]
-        bad = [v for v in vals if v not in choices]
-        if bad or not vals:
-            raise argparse.ArgumentTypeError(
-                f"unknown {bad[0] if bad else '(empty)'!r}; choose from {', '.join(choices)}")
-        return vals
-    return parse
-
-
 def build_parser() -> argparse.ArgumentParser:
     ap = make_parser(PROG, "Run pylimiter's benchmark grid on Spark: every scenario's trials "
                            "(pylimiter and its\nstdlib anchor side by side in one executor "
@@ -101,9 +78,9 @@ def build_parser() -> argparse.ArgumentParser:
                     help="comma-separated; scaling runs per --scaling")
     ap.add_argument("--impls", type=name_list(list(IMPLEMENTATIONS)), default=["c", "python"],
                     help="implementations: c (the C core), python (the pure-Python twin)")
-    ap.add_argument("--concurrency", type=_int_list, default=None,
+    ap.add_argument("--concurrency", type=number_list(int, 1, "positive integers"), default=None,
                     help="override every concurrency axis (N), e.g. 10,100")
-    ap.add_argument("--permits", type=_int_list, default=DEFAULT_PERMITS, help="permits (K)")
+    ap.add_argument("--permits", type=number_list(int, 1, "positive integers"), default=DEFAULT_PERMITS, help="permits (K)")
     ap.add_argument("--repeats", type=positive_int, default=5, help="trials per configuration")
     ap.add_argument("--budget", type=positive_float, default=0.3,
                     help="seconds per side (pylimiter, anchor, baseline) per trial")
@@ -337,54 +314,6 @@ def print_summary(summary_pdf, scaling_pdf, console=None) -> None:
         console.print(s)
 
 
-@contextlib.contextmanager
-def cancel_on_interrupt(sc):
-    """Ctrl-C while Spark jobs run: cancel them and raise KeyboardInterrupt
-    once the driver's blocking call has returned.
-
-    pyspark's own SIGINT handler calls into the JVM from inside the signal
-    handler, on the very py4j connection the interrupted call is reading,
-    and py4j then logs both calls with tracebacks.  Here the handler only
-    sets a flag and cancels from another thread (its own py4j connection);
-    the session is then stopped normally by ``spark_session``.  A second
-    Ctrl-C interrupts at once."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    interrupted = threading.Event()
-
-    finished = threading.Event()
-
-    def cancel():
-        # Again and again until the block is left: a job the driver submits
-        # after the first cancel (the next stage, the next table) is not
-        # covered by it.
-        while not finished.is_set():
-            with contextlib.suppress(Exception):
-                sc.cancelAllJobs()
-            finished.wait(0.5)
-
-    def handler(signum, frame):
-        if interrupted.is_set():
-            raise KeyboardInterrupt
-        interrupted.set()
-        print(f"{PROG}: interrupted, cancelling the Spark jobs...", file=sys.stderr, flush=True)
-        threading.Thread(target=cancel, name="cancel-jobs", daemon=True).start()
-
-    previous = signal.signal(signal.SIGINT, handler)
-    try:
-        yield
-    except Exception:
-        if interrupted.is_set():  # the cancelled job's error: not a failure
-            raise KeyboardInterrupt from None
-        raise
-    finally:
-        finished.set()
-        signal.signal(signal.SIGINT, previous)
-    if interrupted.is_set():
-        raise KeyboardInterrupt
-
-
 def _measure(session, args, trials, cores, progress):
     """The grid, then the scaling runs: tables written to --out, and the
     summaries as pandas frames (None where nothing ran)."""
@@ -426,16 +355,16 @@ def _run(args, spark) -> int:
           f"implementations x {args.repeats} repeats), ~{fmt_seconds(args.budget)} per side; "
           + (f"starting Spark ({args.master})..." if spark is None else "on the given session"),
           flush=True)
-    with spark_session(args.master, app_name="pylimiter-bench", spark=spark) as session:
+    with spark_session(args.master, app_name="pylimiter-bench", spark=spark,
+                       prog=PROG) as session:
         t0 = time.time()
         sc = session.sparkContext
         cores = sc.defaultParallelism
         spark_version = session.version
         print(f"Spark {spark_version}, master {sc.master}, parallelism {cores}; "
               f"executors run {sys.executable}", flush=True)
-        with cancel_on_interrupt(sc):
-            summary_pdf, results_pdf, scaling_pdf, scaling_trials_pdf = _measure(
-                session, args, trials, cores, progress)
+        summary_pdf, results_pdf, scaling_pdf, scaling_trials_pdf = _measure(
+            session, args, trials, cores, progress)
         elapsed = time.time() - t0
     print_summary(summary_pdf, scaling_pdf)
     bad = []

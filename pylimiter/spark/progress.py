@@ -73,6 +73,10 @@ class JobProgress:
         self._stop.set()
         if self._thread is not None:
             self._thread.join()
+        # Jobs run after the block must not count toward (or be cancelled
+        # with) this group.
+        self.sc.setLocalProperty("spark.jobGroup.id", None)
+        self.sc.setLocalProperty("spark.job.description", None)
 
 
 class StepProgress:

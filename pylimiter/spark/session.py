@@ -10,17 +10,19 @@ from __future__ import annotations
 
 import contextlib
 import os
+import signal
 import socket
 import sys
 import tempfile
+import threading
 from pathlib import Path
 from typing import Iterator, Mapping, Optional
 from urllib.parse import urlparse
 
 from .._cli import UsageError
 
-__all__ = ["DEFAULT_MASTER", "UsageError", "check_master", "quiet_log4j", "spark_session",
-           "start_spark", "write_table"]
+__all__ = ["DEFAULT_MASTER", "UsageError", "cancel_on_interrupt", "check_master", "quiet_log4j",
+           "spark_session", "sql_conf", "start_spark", "write_table"]
 
 DEFAULT_MASTER = "local[*]"
 
@@ -113,20 +115,29 @@ def start_spark(master: str = DEFAULT_MASTER, *, app_name: str = "pylimiter",
 
 @contextlib.contextmanager
 def spark_session(master: str = DEFAULT_MASTER, *, app_name: str = "pylimiter", spark=None,
-                  conf: Optional[Mapping[str, str]] = None) -> Iterator:
+                  conf: Optional[Mapping[str, str]] = None,
+                  prog: Optional[str] = None) -> Iterator:
     """spark_session yields ``spark`` unchanged when the caller passes one
     (and leaves it running), else checks ``master``, starts a session and
-    stops it on exit.  Raises UsageError for a master nobody answers."""
+    stops it on exit.  Raises UsageError for a master nobody answers.
+    With ``prog`` (a command's name), Ctrl-C inside the block cancels the
+    running jobs and ends in KeyboardInterrupt (cancel_on_interrupt)."""
     if spark is not None:
-        yield spark
+        with _interruptible(spark, prog):
+            yield spark
         return
     check_master(master)
     with tempfile.TemporaryDirectory(prefix="plim-spark-") as tmp:
         own = start_spark(master, app_name=app_name, workdir=Path(tmp), conf=conf)
         try:
-            yield own
+            with _interruptible(own, prog):
+                yield own
         finally:
             own.stop()
+
+
+def _interruptible(spark, prog: Optional[str]):
+    return cancel_on_interrupt(spark.sparkContext, prog) if prog else contextlib.nullcontext()
 
 
 def write_table(df, out: Path, name: str, formats: tuple[str, ...] = ("parquet", "csv")) -> None:
@@ -142,3 +153,71 @@ def write_table(df, out: Path, name: str, formats: tuple[str, ...] = ("parquet",
             w.parquet(str(out / f"{name}.parquet"))
         else:
             raise ValueError(f"unknown table format {fmt!r} (parquet or csv)")
+
+
+@contextlib.contextmanager
+def cancel_on_interrupt(sc, prog: str):
+    """cancel_on_interrupt turns Ctrl-C while Spark jobs run into a clean
+    stop: the jobs are cancelled and KeyboardInterrupt is raised once the
+    driver's blocking call has returned (``pylimiter._cli.run`` then prints
+    one line and exits 130).
+
+    pyspark's own SIGINT handler calls into the JVM from inside the signal
+    handler, on the very py4j connection the interrupted call is reading,
+    and py4j then logs both calls with tracebacks.  Here the handler only
+    sets a flag and cancels from another thread (its own py4j connection);
+    the session is then stopped normally by ``spark_session``.  A second
+    Ctrl-C interrupts at once."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    interrupted = threading.Event()
+
+    finished = threading.Event()
+
+    def cancel():
+        # Again and again until the block is left: a job the driver submits
+        # after the first cancel (the next stage, the next table) is not
+        # covered by it.
+        while not finished.is_set():
+            with contextlib.suppress(Exception):
+                sc.cancelAllJobs()
+            finished.wait(0.5)
+
+    def handler(signum, frame):
+        if interrupted.is_set():
+            raise KeyboardInterrupt
+        interrupted.set()
+        print(f"{prog}: interrupted, cancelling the Spark jobs...", file=sys.stderr, flush=True)
+        threading.Thread(target=cancel, name="cancel-jobs", daemon=True).start()
+
+    previous = signal.signal(signal.SIGINT, handler)
+    try:
+        yield
+    except Exception:
+        if interrupted.is_set():  # the cancelled job's error: not a failure
+            raise KeyboardInterrupt from None
+        raise
+    finally:
+        finished.set()
+        signal.signal(signal.SIGINT, previous)
+    if interrupted.is_set():
+        raise KeyboardInterrupt
+
+
+@contextlib.contextmanager
+def sql_conf(spark, values: Mapping[str, str]) -> Iterator[None]:
+    """sql_conf sets Spark SQL settings for the block and puts the old values
+    back, so a session handed in by a caller (the tests' shared one) stays
+    as it was."""
+    old = {k: spark.conf.get(k, None) for k in values}
+    for k, v in values.items():
+        spark.conf.set(k, v)
+    try:
+        yield
+    finally:
+        for k, v in old.items():
+            if v is None:
+                spark.conf.unset(k)
+            else:
+                spark.conf.set(k, v)

@@ -110,3 +110,48 @@ def test_report_page_has_environment_verdict_figures_and_tables(tmp_path):
 
 def test_command_line_quotes_arguments():
     assert report.command_line("python -m p", ["--a", "x y"]) == "python -m p --a 'x y'"
+
+
+def test_job_progress_leaves_no_job_group_behind(spark):
+    sc = spark.sparkContext
+    with JobProgress(sc, "scoped", 10, enabled=False) as p:
+        sc.parallelize(range(4), 2).count()
+    sc.parallelize(range(4), 3).count()             # after the block: not p's
+    assert p.done() == 2
+    assert sc.getLocalProperty("spark.jobGroup.id") is None
+
+
+def test_sql_conf_restores_the_session(spark):
+    from pylimiter.spark.session import sql_conf
+
+    key = "spark.sql.shuffle.partitions"
+    before = spark.conf.get(key)
+    with sql_conf(spark, {key: "3", "spark.sql.adaptive.enabled": "false"}):
+        assert spark.conf.get(key) == "3"
+    assert spark.conf.get(key) == before
+
+
+def test_cancel_on_interrupt_turns_ctrl_c_into_keyboard_interrupt(spark, capsys):
+    """SIGINT during a job: the job is cancelled, one line is printed, and the
+    block ends in KeyboardInterrupt (which _cli.run maps to exit 130)."""
+    import os
+    import signal
+    import threading
+
+    from pylimiter.spark.session import cancel_on_interrupt
+
+    sc = spark.sparkContext
+
+    def slow(it):
+        import time as _t
+        _t.sleep(30)
+        return it
+
+    timer = threading.Timer(1.0, os.kill, (os.getpid(), signal.SIGINT))
+    timer.start()
+    with pytest.raises(KeyboardInterrupt):
+        with cancel_on_interrupt(sc, "prog"):
+            sc.parallelize(range(2), 2).mapPartitions(slow).count()
+    timer.join()
+    assert "prog: interrupted, cancelling the Spark jobs" in capsys.readouterr().err
+    assert spark.range(3).count() == 3              # the session still works

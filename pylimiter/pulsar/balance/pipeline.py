@@ -12,7 +12,6 @@ next layout back to Spark.  Results go to ``--out``: Parquet + CSV tables and
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import time
 from collections import defaultdict
@@ -24,7 +23,9 @@ from ..._cli import (
     UsageError,
     fmt_rate,
     fmt_seconds,
+    fraction,
     make_parser,
+    non_negative_float,
     non_negative_int,
     positive_float,
     positive_int,
@@ -44,23 +45,6 @@ MAX_BATCH = 8
 
 
 # ---- arguments -----------------------------------------------------------------------
-
-
-def _non_negative_float(text: str) -> float:
-    try:
-        v = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-    if not (v >= 0 and v != float("inf")):
-        raise argparse.ArgumentTypeError(f"must be a finite number >= 0, got {text}")
-    return v
-
-
-def _fraction(text: str) -> float:
-    v = _non_negative_float(text)
-    if v > 1:
-        raise argparse.ArgumentTypeError(f"must be between 0 and 1, got {text}")
-    return v
 
 
 def _positions(text: str) -> tuple[int, ...]:
@@ -84,7 +68,7 @@ def _weights(text: str) -> LoadWeights:
         if key not in names or not val:
             raise argparse.ArgumentTypeError(
                 f"expected name=weight pairs with names {', '.join(names)}, got {part!r}")
-        vals[key] = _non_negative_float(val)
+        vals[key] = non_negative_float(val)
     return LoadWeights(**vals)
 
 
@@ -126,13 +110,13 @@ def build_parser() -> argparse.ArgumentParser:
                     help="loadBalancerNamespaceBundleMaxTopics")
     sp.add_argument("--max-sessions", type=non_negative_int, default=1000,
                     help="loadBalancerNamespaceBundleMaxSessions (0: no limit)")
-    sp.add_argument("--max-msg-rate", type=_non_negative_float, default=30000,
+    sp.add_argument("--max-msg-rate", type=non_negative_float, default=30000,
                     help="loadBalancerNamespaceBundleMaxMsgRate, msg/s")
-    sp.add_argument("--max-bandwidth-mbytes", type=_non_negative_float, default=100,
+    sp.add_argument("--max-bandwidth-mbytes", type=non_negative_float, default=100,
                     help="loadBalancerNamespaceBundleMaxBandwidthMbytes, MiB/s")
     sp.add_argument("--max-bundles", type=positive_int, default=128,
                     help="loadBalancerNamespaceMaximumBundles")
-    sp.add_argument("--flow-threshold-pct", type=_non_negative_float, default=10,
+    sp.add_argument("--flow-threshold-pct", type=non_negative_float, default=10,
                     help="flowOrQpsDifferenceThresholdPercentage")
     sp.add_argument("--no-auto-split", action="store_true",
                     help="loadBalancerAutoBundleSplitEnabled=false")
@@ -140,13 +124,13 @@ def build_parser() -> argparse.ArgumentParser:
                     help="loadBalancerAutoUnloadSplitBundlesEnabled=false: split children stay "
                          "on the parent's broker")
     sh = p.add_argument_group("placement and shedding")
-    sh.add_argument("--overload-threshold-pct", type=_non_negative_float, default=85,
+    sh.add_argument("--overload-threshold-pct", type=non_negative_float, default=85,
                     help="loadBalancerBrokerOverloadedThresholdPercentage")
-    sh.add_argument("--threshold-pct", type=_non_negative_float, default=10,
+    sh.add_argument("--threshold-pct", type=non_negative_float, default=10,
                     help="loadBalancerBrokerThresholdShedderPercentage")
-    sh.add_argument("--history", type=_fraction, default=0.9,
+    sh.add_argument("--history", type=fraction, default=0.9,
                     help="loadBalancerHistoryResourcePercentage")
-    sh.add_argument("--min-throughput-mb", type=_non_negative_float, default=10,
+    sh.add_argument("--min-throughput-mb", type=non_negative_float, default=10,
                     help="loadBalancerBundleUnloadMinThroughputThreshold, MB/s")
     sh.add_argument("--lower-boundary-shedding", action="store_true",
                     help="lowerBoundarySheddingEnabled=true")
@@ -381,23 +365,6 @@ def _empty(spark, df):
 # ---- the command -------------------------------------------------------------------------
 
 
-@contextlib.contextmanager
-def sql_conf(spark, values: dict):
-    """Set Spark SQL settings for the block and put the old values back (a
-    session handed in by a caller, the tests' shared one, stays as it was)."""
-    old = {k: spark.conf.get(k, None) for k in values}
-    for k, v in values.items():
-        spark.conf.set(k, v)
-    try:
-        yield
-    finally:
-        for k, v in old.items():
-            if v is None:
-                spark.conf.unset(k)
-            else:
-                spark.conf.set(k, v)
-
-
 def _run_conf(spark) -> dict:
     # Each step is a small job (one scan, a few thousand groups): adaptive
     # re-planning costs more than it saves, and a handful of shuffle
@@ -421,7 +388,7 @@ def main(argv: Optional[Sequence[str]] = None, *, spark=None) -> int:
     """``simulate``: returns 0; UsageError for bad input (exit 2 via
     ``pylimiter._cli.run``)."""
     from ...spark.report import command_line
-    from ...spark.session import check_master, spark_session
+    from ...spark.session import check_master, spark_session, sql_conf
 
     args = build_parser().parse_args(argv)
     settings = settings_from(args)
@@ -440,7 +407,7 @@ def main(argv: Optional[Sequence[str]] = None, *, spark=None) -> int:
     brokers = [f"broker-{i:02d}" for i in range(1, args.brokers + 1)]
     t_all = time.perf_counter()
     with spark_session(args.master, app_name="pylimiter-balance", spark=spark,
-                       conf={"spark.driver.memory": "2g"}) as session:
+                       conf={"spark.driver.memory": "2g"}, prog=PROG) as session:
         with sql_conf(session, _run_conf(session)):
             t0 = time.perf_counter()
             source = open_source(session, args.input, spec)

@@ -23,7 +23,9 @@ from ..._cli import (
     fmt_bytes,
     fmt_seconds,
     make_parser,
+    name_list,
     non_negative_int,
+    number_list,
     positive_float,
     positive_int,
     require,
@@ -43,29 +45,6 @@ SCAN_FIELDS = [("topics", "int"), ("policy", "string"), ("ns_per_pass", "double"
 
 
 # ---- arguments ---------------------------------------------------------------------
-
-
-def _names(choices):
-    def parse(text: str) -> list[str]:
-        vals = [x.strip() for x in text.split(",") if x.strip()]
-        bad = [v for v in vals if v not in choices]
-        if bad or not vals:
-            raise argparse.ArgumentTypeError(
-                f"unknown {bad[0] if bad else '(empty)'!r}; choose from {', '.join(choices)}")
-        return vals
-    return parse
-
-
-def _numbers(kind, minimum):
-    def parse(text: str) -> list:
-        try:
-            vals = [kind(x) for x in text.split(",") if x.strip()]
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected comma-separated numbers, got {text!r}")
-        if not vals or any(v < minimum for v in vals):
-            raise argparse.ArgumentTypeError(f"expected numbers >= {minimum}, got {text!r}")
-        return vals
-    return parse
 
 
 def _fraction(text: str) -> float:
@@ -90,12 +69,12 @@ def build_parser() -> argparse.ArgumentParser:
                     "true), pip430-no-expected-reads (false, true), fifo (false, false).")
     sp.add_argument("--master", default="local[*]",
                     help="Spark master: local[N], spark://host:port, yarn, k8s://...")
-    sp.add_argument("--workloads", type=_names(list(WORKLOADS)), default=list(WORKLOADS),
+    sp.add_argument("--workloads", type=name_list(list(WORKLOADS)), default=list(WORKLOADS),
                     help="comma-separated")
-    sp.add_argument("--policies", type=_names(list(POLICIES)), default=list(POLICIES),
+    sp.add_argument("--policies", type=name_list(list(POLICIES)), default=list(POLICIES),
                     help="comma-separated")
     sp.add_argument("--managedLedgerCacheSizeMB", dest="cache_mb", metavar="MB,...",
-                    type=_numbers(float, 0.0), default=[8.0, 32.0, 128.0],
+                    type=number_list(float, 0.0), default=[8.0, 32.0, 128.0],
                     help="cache sizes to sweep")
     sp.add_argument("--managedLedgerCacheEvictionWatermark", dest="watermark", type=_fraction,
                     default=0.9, help="size eviction frees down to this fraction")
@@ -113,7 +92,7 @@ def build_parser() -> argparse.ArgumentParser:
                     help="multiplies every workload's topic count")
     sp.add_argument("--duration", type=positive_float, default=None,
                     help="simulated seconds per trace (default: each workload's own)")
-    sp.add_argument("--scan-topics", type=_numbers(int, 0), default=[100, 1000, 10000, 100000],
+    sp.add_argument("--scan-topics", type=number_list(int, 0), default=[100, 1000, 10000, 100000],
                     help="topic counts for the idle eviction pass cost (0: skip)")
     sp.add_argument("--out", type=writable_dir, default=Path("reports/cache"),
                     help="report folder (index.html, tables, plots)")
@@ -219,7 +198,7 @@ def main(argv: Optional[Sequence[str]] = None, *, spark=None) -> int:
           + f" on {args.master if spark is None else 'the given session'}", flush=True)
     t0 = time.perf_counter()
     out = args.out
-    with spark_session(args.master, app_name="pylimiter-cache-sim", spark=spark) as s:
+    with spark_session(args.master, app_name="pylimiter-cache-sim", spark=spark, prog=PROG) as s:
         sc = s.sparkContext
         with JobProgress(sc, "replays", len(grid), enabled=not args.no_progress):
             rows = sc.parallelize(grid, len(grid)).mapPartitions(_replay_partition).collect()

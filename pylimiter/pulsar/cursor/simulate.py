@@ -21,6 +21,7 @@ from ..._cli import (
     fmt_seconds,
     make_parser,
     non_negative_int,
+    number_list,
     positive_int,
     require,
     run,
@@ -31,25 +32,6 @@ from .lifecycle import POLICIES
 from .sim import Point, run_point
 
 PROG = "python -m pylimiter.pulsar.cursor"
-
-
-def _list(kind, low, what):
-    def parse(text: str):
-        try:
-            vals = [kind(x) for x in text.split(",") if x.strip()]
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected comma-separated {what}, got {text!r}")
-        if not vals or any(v < low for v in vals):
-            raise argparse.ArgumentTypeError(f"expected {what} >= {low}, got {text!r}")
-        return vals
-    return parse
-
-
-def _share_list(text: str):
-    vals = _list(float, 0, "shares")(text)
-    if any(v > 1 for v in vals):
-        raise argparse.ArgumentTypeError(f"shares must be between 0 and 1, got {text!r}")
-    return vals
 
 
 def _quota(text: str) -> int:
@@ -65,15 +47,15 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("simulate", help="sweep subscriptions on Spark, write an HTML report",
                        description=__doc__.split("\n\n")[1])
     g = s.add_argument_group("sweep (comma-separated lists; one Spark task per combination)")
-    g.add_argument("--ttl-min", type=_list(float, 1, "minutes"), default=[60, 240],
+    g.add_argument("--ttl-min", type=number_list(float, 1, "minutes"), default=[60, 240],
                    help="message TTL, minutes")
-    g.add_argument("--retention-min", type=_list(float, 0, "minutes"), default=[0, 180],
+    g.add_argument("--retention-min", type=number_list(float, 0, "minutes"), default=[0, 180],
                    help="retention time, minutes (counted from a ledger's close)")
-    g.add_argument("--delayed-share", type=_share_list, default=[0.1],
+    g.add_argument("--delayed-share", type=number_list(float, 0, "shares", maximum=1), default=[0.1],
                    help="share of delayed messages (delay uniform up to 2 x TTL)")
-    g.add_argument("--ack-fail", type=_share_list, default=[0.002, 0.02],
+    g.add_argument("--ack-fail", type=number_list(float, 0, "shares", maximum=1), default=[0.002, 0.02],
                    help="probability that an ack is lost (a hole)")
-    g.add_argument("--rollover-entries", type=_list(int, 1, "entry counts"),
+    g.add_argument("--rollover-entries", type=number_list(int, 1, "entry counts"),
                    default=[1000, 5000], help="entries per ledger before rollover")
     f = s.add_argument_group("fixed for every point")
     f.add_argument("--rate", type=positive_int, default=20, help="messages per minute")
@@ -135,7 +117,8 @@ def main(argv: Sequence[str] | None = None, *, spark=None) -> int:
     print(f"{PROG} simulate: {len(points)} points x 4 subscriptions "
           f"({args.publish_min} min of {args.rate} msg/min each) on {args.master}", flush=True)
     t0 = time.perf_counter()
-    with spark_session(args.master, app_name="pylimiter-cursor", spark=spark) as session:
+    with spark_session(args.master, app_name="pylimiter-cursor", spark=spark,
+                       prog=PROG) as session:
         sc = session.sparkContext
         rdd = sc.parallelize(list(enumerate(points)), len(points))
         with JobProgress(sc, "points", len(points), enabled=not args.no_progress):

@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
 import logging
-import math
 import signal
 import sys
 from dataclasses import replace
@@ -18,7 +16,9 @@ from pylimiter._cli import (
     fmt_rate,
     fmt_seconds,
     make_parser,
+    non_negative_float,
     non_negative_int,
+    port,
     positive_float,
     positive_int,
     require,
@@ -31,23 +31,6 @@ PROG = "python -m pylimiter.pulsar.topiclist"
 NEEDS = ("google.protobuf", "re2", "google_crc32c", "aiohttp", "prometheus_client")
 
 
-def _port(text: str) -> int:
-    value = non_negative_int(text)
-    if value > 65535:
-        raise argparse.ArgumentTypeError(f"must be a port number 0..65535, got {value}")
-    return value
-
-
-def _non_negative_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-    if not (math.isfinite(value) and value >= 0):
-        raise argparse.ArgumentTypeError(f"must be a finite number >= 0, got {text}")
-    return value
-
-
 def _limit_args(ap):
     from .limits import add_setting_flags
 
@@ -56,8 +39,8 @@ def _limit_args(ap):
                        help="broker.conf/proxy.conf-style properties file")
     add_setting_flags(group)
     ap.add_argument("--host", default="127.0.0.1", help="listen address")
-    ap.add_argument("--port", type=_port, default=0, help="binary protocol port (0: any free)")
-    ap.add_argument("--admin-port", type=_port, default=0,
+    ap.add_argument("--port", type=port, default=0, help="binary protocol port (0: any free)")
+    ap.add_argument("--admin-port", type=port, default=0,
                     help="admin/metrics HTTP port (0: any free)")
     ap.add_argument("--cluster", default="standalone", help="the metrics' cluster label")
     ap.add_argument("-v", "--verbose", action="store_true", help="log each connection event")
@@ -88,7 +71,7 @@ def build_parser():
     ld.add_argument("--duration", type=positive_float, default=10.0, help="seconds")
     ld.add_argument("--max-requests", type=positive_int, default=None,
                     help="stop after this many requests in all")
-    ld.add_argument("--read-delay", type=_non_negative_float, default=0.0,
+    ld.add_argument("--read-delay", type=non_negative_float, default=0.0,
                     help="seconds each client waits before reading a response (slow readers)")
     ld.add_argument("--json", action="store_true", help="print the result as JSON")
     return ap
