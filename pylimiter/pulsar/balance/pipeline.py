@@ -392,9 +392,9 @@ def main(argv: Optional[Sequence[str]] = None, *, spark=None) -> int:
 
     args = build_parser().parse_args(argv)
     settings = settings_from(args)
-    require(["pyspark", "pandas", "matplotlib", "rich"], "spark")
     if spark is None:
-        check_master(args.master)
+        check_master(args.master)  # a usage error whether or not pyspark is installed
+    require(["pyspark", "pandas", "matplotlib", "rich"], "spark")
     print(f"{PROG} simulate: {_describe(args)}; {args.brokers} brokers; "
           f"{args.split_algorithm}; Spark {args.master if spark is None else 'session given'}",
           flush=True)

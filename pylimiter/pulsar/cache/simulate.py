@@ -186,9 +186,9 @@ def main(argv: Optional[Sequence[str]] = None, *, spark=None) -> int:
     """Run the simulator; ``spark`` adopts a session (tests), else one is
     started on ``--master`` and stopped at the end."""
     args = build_parser().parse_args(argv)
-    require(["pyspark", "pandas", "matplotlib", "rich"], "spark")
     if spark is None:
-        check_master(args.master)
+        check_master(args.master)  # a usage error whether or not pyspark is installed
+    require(["pyspark", "pandas", "matplotlib", "rich"], "spark")
     grid = expand_grid(args)
     scan = [t for t in args.scan_topics if t > 0]
     print(f"pylimiter entry cache simulator: {len(grid)} replays "

@@ -108,6 +108,9 @@ def _run_partition(items):
 def main(argv: Sequence[str] | None = None, *, spark=None) -> int:
     """Run the sweep; ``spark`` adopts a running session (tests)."""
     args = build_parser().parse_args(argv)
+    from ...spark.session import check_master
+    if spark is None:
+        check_master(args.master)  # a usage error whether or not pyspark is installed
     require(["pyspark", "pandas", "matplotlib"], "spark")
     from ...spark.progress import JobProgress
     from ...spark.report import command_line
