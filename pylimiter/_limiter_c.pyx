@@ -6,17 +6,27 @@ owns the Python objects and does the waking.  Rules that keep it sound:
 
 * Every core call is made holding the GIL, and the core never calls back, so
   a thread holding the core's mutex also holds the GIL: no lock-order cycle
-  between the two, and the mutex is never contended from Python.
+  between the two, and the mutex is never contended from Python.  The module
+  relies on the GIL throughout (it is not declared free-threading
+  compatible, so a free-threaded interpreter keeps the GIL on for it).
 * Right after a core call returns, grants in its batch are applied to the
   permits (_apply) in plain C, before any Python code can run (and so before
   another thread could take the GIL and look at the permit).
 * Each queued waiter holds one reference, taken at enqueue and dropped when
   it leaves the queue (woken from a batch, or removed by its own cancel).
-* Waking happens after the core call: futures on their own loop (directly if
-  we are on the loop's thread, else call_soon_threadsafe, which wakes the
-  loop at once), blocking threads through a per-waiter PyThread lock.
+* Waking happens after the core call.  A blocking thread is woken through
+  its waiter's PyThread lock (from a pool: no allocation per wait).  An
+  asyncio task parks on its _Waiter itself (no Future): waiters that leave
+  the queue are appended, FIFO, to their loop's wake batch (_LoopState),
+  and one call_soon (call_soon_threadsafe from another thread) runs the
+  whole batch.
+* Timeouts: one timer per semaphore and loop, armed for the earliest
+  deadline of the loop's queued waiters, re-armed when it fires.
+* A failed request's exception is made once and raised once, by the C step
+  function (_plim_binding.h), with no traceback entry of ours.
 
-The semantics are those of _limiter_py.py, the executable specification.
+The semantics are those of _limiter_py.py, the executable specification,
+which has the same waiters, batches and timers in Python.
 """
 
 cimport cython
@@ -24,12 +34,14 @@ from cpython.ref cimport PyObject, Py_INCREF, Py_DECREF
 from libc.stdint cimport int64_t, uint64_t
 
 import asyncio as _asyncio
+import heapq as _heapq
 
 # The contract shared with the pure twin: checks, messages and error
 # constructors, called on argument and error paths only.
 from . import _common as contract
 from ._common import TIMEOUT_NOT_GIVEN, LimitType, SemaphoreStats
 from ._dual import DualMemoryLimiterBase, DualMemoryPermit
+from ._errors import PermitAcquireTimeoutError
 
 __all__ = [
     "AsyncSemaphore",
@@ -50,6 +62,7 @@ cdef extern from "plim.h" nogil:
         PLIM_FULL
         PLIM_OVERFLOW
         PLIM_GONE
+        PLIM_TOO_LARGE
     enum:
         PLIM_W_IDLE
         PLIM_W_QUEUED
@@ -91,15 +104,24 @@ cdef extern from "plim.h" nogil:
     int plim_set_max(plim_sem_t *sem, int64_t max, plim_batch_t *b)
 
 cdef extern from "_plim_binding.h":
-    ctypedef PyObject *(*plim_advance_fn)(PyObject *self, int *done)
+    ctypedef PyObject *(*plim_advance_fn)(PyObject *self, int *status)
+    enum:
+        PLIM_STEP_YIELD
+        PLIM_STEP_RETURN
+        PLIM_STEP_RAISE
     int64_t plim_monotonic_ns() nogil
-    int plim_install_am_send(PyObject *tp, plim_advance_fn fn) except -1
+    int plim_install_request(PyObject *tp, plim_advance_fn fn) except -1
+    int plim_install_done(PyObject *tp) except -1
+    void plim_stop_forget(PyObject *value)
 
 cdef extern from "Python.h":
     ctypedef long long PY_TIMEOUT_T
     PY_TIMEOUT_T PY_TIMEOUT_MAX
     long long PyLong_AsLongLongAndOverflow(object o, int *overflow) except? -1
     int PyErr_CheckSignals() except -1
+    int PyContext_Enter(object ctx) except -1
+    int PyContext_Exit(object ctx) except -1
+    void PyErr_WriteUnraisable(object obj)
 
 cdef extern from "pythread.h":
     ctypedef void *PyThread_type_lock
@@ -109,7 +131,6 @@ cdef extern from "pythread.h":
     int PyThread_acquire_lock_timed(PyThread_type_lock lock, PY_TIMEOUT_T us,
                                     int intr_flag) nogil
     void PyThread_release_lock(PyThread_type_lock lock) nogil
-    unsigned long PyThread_get_thread_ident()
     enum:
         PY_LOCK_FAILURE
         PY_LOCK_ACQUIRED
@@ -123,11 +144,21 @@ assert (contract.W_IDLE, contract.W_QUEUED, contract.W_GRANTED, contract.W_CLOSE
         contract.W_TOO_LARGE, contract.W_CANCELLED, contract.W_REMOVED) == (
         PLIM_W_IDLE, PLIM_W_QUEUED, PLIM_W_GRANTED, PLIM_W_CLOSED,
         PLIM_W_TOO_LARGE, PLIM_W_CANCELLED, PLIM_W_REMOVED)
+assert contract.MAX_ACQUIRED == PLIM_MAX_ACQUIRED
 
-cdef object _get_running_loop = _asyncio.get_running_loop
+# asyncio's C accelerated lookup: the loop running in this thread, or None.
+cdef object _get_running_loop = _asyncio.events._get_running_loop
+cdef object _CancelledError = _asyncio.CancelledError
+cdef object _InvalidStateError = _asyncio.InvalidStateError
+cdef object _heappush = _heapq.heappush
+cdef object _heappop = _heapq.heappop
+cdef object _MSG_TIMED_OUT = contract.MSG_TIMED_OUT
 cdef double[NBUCKETS] _BOUNDS
 for _i, _b in enumerate(contract.WAIT_BUCKETS):
     _BOUNDS[_i] = _b
+
+# Deadlines further out than this (about 31 years) are treated as this far.
+cdef double _MAX_TIMEOUT_S = 1e9
 
 
 cdef inline int _bucket(double seconds) noexcept:
@@ -136,6 +167,42 @@ cdef inline int _bucket(double seconds) noexcept:
         if seconds <= _BOUNDS[i]:
             return i
     return NBUCKETS - 1
+
+
+# --------------------------------------------------------------------------
+# Locks for blocking waits: a pool, so that a wait allocates none.  A lock in
+# the pool is always held; waiting is acquiring it again, waking is releasing
+# it, and the woken thread holds it again when it hands it back.
+# --------------------------------------------------------------------------
+
+cdef enum:
+    LOCK_POOL = 64
+cdef PyThread_type_lock _lock_pool[LOCK_POOL]
+cdef int _lock_count = 0
+
+
+cdef PyThread_type_lock _take_lock() except NULL:
+    global _lock_count
+    cdef PyThread_type_lock lock
+    if _lock_count > 0:
+        _lock_count -= 1
+        return _lock_pool[_lock_count]
+    lock = PyThread_allocate_lock()
+    if lock == NULL:
+        raise MemoryError()
+    PyThread_acquire_lock(lock, 1)
+    return lock
+
+
+cdef void _give_lock(PyThread_type_lock lock) noexcept:
+    global _lock_count
+    # Held again whatever happened (a no-op when it is, as it should be).
+    PyThread_acquire_lock(lock, 0)
+    if _lock_count < LOCK_POOL:
+        _lock_pool[_lock_count] = lock
+        _lock_count += 1
+    else:
+        PyThread_free_lock(lock)
 
 
 # --------------------------------------------------------------------------
@@ -149,7 +216,8 @@ cdef class SemaphorePermit:
 
     ``permits`` is what it holds now; ``update`` changes it in place and
     ``release`` sets it to 0.  Used as a context manager (``with``) it is
-    released on exit.
+    released on exit.  A permit garbage-collected while it still holds
+    permits emits a ResourceWarning (the permits stay taken).
     """
 
     cdef AsyncSemaphore _sem
@@ -174,6 +242,21 @@ cdef class SemaphorePermit:
     def __repr__(self):
         return f"<SemaphorePermit permits={self._permits}>"
 
+    def __dealloc__(self):
+        # One test of a field that the deallocation reads anyway: the
+        # released permit pays nothing more.
+        if self._permits != 0:
+            _warn_leaked(self._sem, self._permits)
+
+
+cdef void _warn_leaked(AsyncSemaphore sem, int64_t n) noexcept:
+    # In a deallocator: nothing may escape, and the dying permit must not be
+    # handed to the warning machinery (it could keep a reference).
+    try:
+        contract.warn_leaked_permit(sem, n)
+    except BaseException:
+        PyErr_WriteUnraisable(sem)
+
 
 cdef inline SemaphorePermit _new_permit(AsyncSemaphore sem, int64_t n):
     cdef SemaphorePermit p = SemaphorePermit.__new__(SemaphorePermit)
@@ -182,9 +265,27 @@ cdef inline SemaphorePermit _new_permit(AsyncSemaphore sem, int64_t n):
     return p
 
 
+cdef inline object _call_in(object ctx, object fn, object arg):
+    if ctx is None:
+        fn(arg)
+        return
+    PyContext_Enter(ctx)
+    try:
+        fn(arg)
+    finally:
+        PyContext_Exit(ctx)
+
+
+@cython.freelist(64)
 @cython.final
 cdef class _Waiter:
-    """One queued request: the plim_waiter_t node plus how to wake it."""
+    """One queued request: the plim_waiter_t node plus how to wake it.
+
+    For asyncio it is also what the waiting task parks on: the part of the
+    Future protocol asyncio.Task uses (``_asyncio_future_blocking``,
+    ``get_loop``, ``add_done_callback``, ``result``, ``cancel``).  It is
+    "done" once its outcome is decided and it is in (or past) a wake batch.
+    """
 
     cdef plim_waiter_t node
     cdef SemaphorePermit permit
@@ -192,18 +293,101 @@ cdef class _Waiter:
     cdef object cause
     cdef int64_t limit
     cdef int64_t enqueued_ns
-    cdef object loop
-    cdef object fut
-    cdef unsigned long thread_id
-    cdef PyThread_type_lock lock
+    cdef int64_t deadline_ns
+    cdef _LoopState ls                 # None for a blocking waiter
+    cdef PyThread_type_lock lock       # blocking waiters only
     cdef bint blocking
     cdef bint applied
     cdef bint reverted
+    cdef bint posted
+    cdef bint fired
+    cdef bint is_cancelled
+    cdef object cancel_msg
+    cdef object cb                     # the first done-callback and its context
+    cdef object ctx
+    cdef list more_cbs                 # any further (fn, context) pairs
+    cdef public bint _asyncio_future_blocking
 
     def __dealloc__(self):
         if self.lock != NULL:
-            PyThread_free_lock(self.lock)
+            _give_lock(self.lock)
             self.lock = NULL
+
+    def get_loop(self):
+        """The event loop the waiting task runs on."""
+        return self.ls.loop
+
+    def add_done_callback(self, fn, *, context=None):
+        """Call ``fn(self)`` (in ``context``) when the outcome is delivered."""
+        if self.fired:
+            self.ls.loop.call_soon(fn, self, context=context)
+        elif self.cb is None and self.more_cbs is None:
+            self.cb = fn
+            self.ctx = context
+        else:
+            if self.more_cbs is None:
+                self.more_cbs = []
+            self.more_cbs.append((fn, context))
+
+    def remove_done_callback(self, fn):
+        """Remove every registration of ``fn``; return how many there were."""
+        cdef int removed = 0
+        if self.cb is not None and self.cb == fn:
+            self.cb = None
+            self.ctx = None
+            removed += 1
+        if self.more_cbs is not None:
+            kept = [(f, c) for f, c in self.more_cbs if f != fn]
+            removed += len(self.more_cbs) - len(kept)
+            self.more_cbs = kept
+        return removed
+
+    def done(self):
+        """True once the outcome is decided (granted, failed or cancelled)."""
+        return self.posted
+
+    def cancelled(self):
+        """True if the waiting task cancelled it while it was queued."""
+        return self.is_cancelled
+
+    def result(self):
+        """None once done (the request itself reads the outcome); raises
+        CancelledError if the task cancelled it."""
+        if self.is_cancelled:
+            if self.cancel_msg is None:
+                raise _CancelledError()
+            raise _CancelledError(self.cancel_msg)
+        if not self.posted:
+            raise _InvalidStateError("Result is not ready.")
+        return None
+
+    def cancel(self, msg=None):
+        """Task.cancel() while the task is parked here: leave the queue and
+        wake the task with CancelledError.  False once the outcome is
+        already decided (the task then cancels itself when it resumes, and a
+        grant goes back)."""
+        if self.ls is None:
+            return False
+        return self.ls.sem._cancel_waiter(self, msg)
+
+    cdef _fire(self):
+        self.fired = True
+        cb = self.cb
+        ctx = self.ctx
+        more = self.more_cbs
+        self.cb = None
+        self.ctx = None
+        self.more_cbs = None
+        if cb is not None:
+            _call_in(ctx, cb, self)
+        if more is not None:
+            for fn, c in more:
+                _call_in(c, fn, self)
+
+    def __repr__(self):
+        state = ("cancelled" if self.is_cancelled else "done" if self.posted
+                 else "queued")
+        return f"<pylimiter waiter need={self.node.need} {state}>"
 
 
 # Byte offset of `node` inside a _Waiter, to get from a core node back to its
@@ -223,22 +407,209 @@ cdef inline PyObject *_waiter_ptr(plim_waiter_t *n) noexcept:
     return <PyObject *>(<char *>n - _NODE_OFFSET)
 
 
+def _deadline_key(_Waiter w):
+    return w.deadline_ns
+
+
 # --------------------------------------------------------------------------
-# The awaitable request
+# Per loop: the wake batch and the timeout timer
 # --------------------------------------------------------------------------
+
+@cython.final
+cdef class _LoopState:
+    """What one semaphore keeps per event loop while the loop has waiters:
+    the pending wake batch and the one timeout timer.  Dropped when idle.
+
+    ``batch`` and ``nq`` may change on any thread (under the GIL); the
+    deadlines and the timer only on the loop's own thread (enqueue, timer,
+    batch runner).
+    """
+
+    cdef AsyncSemaphore sem
+    cdef object loop
+    cdef list batch              # None: no runner scheduled
+    cdef Py_ssize_t nq           # queued waiters of this loop
+    cdef object timer
+    cdef int64_t timer_at
+    cdef list dl                 # deadlines in arrival order (non-decreasing)...
+    cdef Py_ssize_t dl_head      # ...consumed from here
+    cdef list late               # heap (deadline, seq, waiter): out-of-order ones
+    cdef int64_t seq
+    cdef object run_cb
+    cdef object timer_cb
+
+    def __cinit__(self, AsyncSemaphore sem, loop):
+        self.sem = sem
+        self.loop = loop
+        self.dl = []
+        self.late = []
+        self.run_cb = self.run
+        self.timer_cb = self.on_timer
+
+    cdef schedule(self):
+        """A batch was just started: run it soon on the loop."""
+        loop = self.loop
+        try:
+            if _get_running_loop() is loop:
+                loop.call_soon(self.run_cb)
+            else:
+                loop.call_soon_threadsafe(self.run_cb)
+        except RuntimeError:   # the loop is closed: nobody will take these
+            self.sem._drop_batch(self)
+
+    def run(self):
+        """The batch runner: deliver each outcome in FIFO order."""
+        cdef Py_ssize_t i
+        cdef _Waiter w
+        batch = self.batch
+        self.batch = None
+        if batch is not None:
+            for i in range(len(batch)):
+                w = <_Waiter>batch[i]
+                try:
+                    w._fire()
+                except (SystemExit, KeyboardInterrupt):
+                    self.sem._repost(self, batch[i + 1:])
+                    raise
+                except BaseException as exc:
+                    self.loop.call_exception_handler({
+                        "message": "pylimiter: exception in a wake-up callback",
+                        "exception": exc,
+                        "future": w,
+                    })
+        self.tidy()
+
+    cdef add_deadline(self, _Waiter w):
+        """Track a queued waiter's deadline; arm the timer if it is the
+        earliest."""
+        cdef int64_t d = w.deadline_ns
+        cdef Py_ssize_t n = len(self.dl)
+        if n == self.dl_head or (<_Waiter>self.dl[n - 1]).deadline_ns <= d:
+            self.dl.append(w)
+        else:
+            self.seq += 1
+            _heappush(self.late, (d, self.seq, w))
+        if self.timer is None or d < self.timer_at:
+            self.arm(d)
+
+    cdef arm(self, int64_t deadline):
+        cdef double delay
+        if self.timer is not None:
+            self.timer.cancel()
+        self.timer_at = deadline
+        delay = (deadline - plim_monotonic_ns()) / 1e9
+        self.timer = self.loop.call_later(delay if delay > 0 else 0.0, self.timer_cb)
+
+    def on_timer(self):
+        """Time out every queued waiter whose deadline has passed, then
+        re-arm for the earliest one left."""
+        cdef int64_t now = plim_monotonic_ns()
+        cdef _Waiter w
+        self.timer = None
+        expired = []
+        dl = self.dl
+        while self.dl_head < len(dl):
+            w = <_Waiter>dl[self.dl_head]
+            if w.deadline_ns > now:
+                break
+            dl[self.dl_head] = None
+            self.dl_head += 1
+            if w.node.state == PLIM_W_QUEUED:
+                expired.append(w)
+        late = self.late
+        if late and late[0][0] <= now:
+            while late and late[0][0] <= now:
+                w = <_Waiter>_heappop(late)[2]
+                if w.node.state == PLIM_W_QUEUED:
+                    expired.append(w)
+            expired.sort(key=_deadline_key)   # stable: arrival order on ties
+        if expired:
+            self.sem._expire(expired)
+        self.prune()
+        if self.dl_head < len(dl):
+            d = (<_Waiter>dl[self.dl_head]).deadline_ns
+            if late and late[0][0] < d:
+                d = late[0][0]
+            self.arm(d)
+        elif late:
+            self.arm(late[0][0])
+        self.tidy()
+
+    cdef prune(self):
+        """Drop deadlines of waiters that already left the queue."""
+        dl = self.dl
+        while self.dl_head < len(dl) and (<_Waiter>dl[self.dl_head]).node.state != PLIM_W_QUEUED:
+            dl[self.dl_head] = None
+            self.dl_head += 1
+        if self.dl_head == len(dl):
+            if self.dl_head:
+                self.dl = []
+                self.dl_head = 0
+        elif self.dl_head > 32 and 2 * self.dl_head >= len(dl):
+            del dl[:self.dl_head]
+            self.dl_head = 0
+        late = self.late
+        while late and (<_Waiter>late[0][2]).node.state != PLIM_W_QUEUED:
+            _heappop(late)
+
+    cdef tidy(self):
+        """On the loop's thread: forget stale deadlines; when no waiter of
+        this loop is queued or pending, cancel the timer and drop the state."""
+        self.prune()
+        if self.nq or self.batch is not None:
+            return
+        sem = self.sem
+        if sem._loops.get(self.loop) is self:
+            del sem._loops[self.loop]
+        if sem._ls is self:
+            sem._ls = None
+        self.dl = []
+        self.dl_head = 0
+        self.late = []
+        if self.timer is not None:
+            self.timer.cancel()
+            self.timer = None
+
+
+# --------------------------------------------------------------------------
+# The awaitables
+# --------------------------------------------------------------------------
+
+@cython.final
+cdef class _Done:
+    """An awaitable that is already complete (with None): what ``__aexit__``
+    returns when the exit only releases, so no coroutine is created."""
+
+    def __await__(self):
+        return self
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        raise StopIteration
+
+    def __repr__(self):
+        return "<pylimiter completed awaitable>"
+
+
+plim_install_done(<PyObject *>_Done)
+cdef _Done _DONE = _Done()
+
 
 cdef enum RequestStage:
     STAGE_CREATED = 0    # returned by acquire/update, not awaited yet
     STAGE_AWAITED = 1    # __await__ called; nothing asked of the core yet
-    STAGE_WAITING = 2    # queued: the task waits on the waiter's future
+    STAGE_WAITING = 2    # queued: the task is parked on the waiter
     STAGE_DONE = 3       # granted, failed, or abandoned: never again
 
 
 @cython.freelist(64)
 @cython.final
 cdef class _Request:
-    """What ``acquire``/``update`` return: awaitable once, and an async
-    context manager that releases the permit on exit."""
+    """What ``acquire``/``update`` return: awaitable once (it joins the queue
+    when first awaited), and an async context manager that releases the
+    permit on exit."""
 
     cdef AsyncSemaphore _sem
     cdef SemaphorePermit _permit   # the permit to update; None for acquire
@@ -246,9 +617,13 @@ cdef class _Request:
     cdef object _timeout
     cdef object _is_cancelled
     cdef RequestStage _stage
+    cdef bint _anon                # `async with sem:`: the semaphore holds it
     cdef _Waiter _waiter
-    cdef object _timer
     cdef SemaphorePermit _result
+
+    def __dealloc__(self):
+        if self._result is not None:
+            plim_stop_forget(<PyObject *>self._result)
 
     def __await__(self):
         if self._stage != STAGE_CREATED:
@@ -260,15 +635,17 @@ cdef class _Request:
         return self
 
     def __next__(self):
-        cdef int done = 0
-        v = self._advance(&done)
-        if done:
-            raise StopIteration(v)
-        return v
+        return self.send(None)
 
     def send(self, value):
         """Coroutine protocol: advance the request."""
-        return self.__next__()
+        cdef int status = PLIM_STEP_YIELD
+        v = self._advance(&status)
+        if status == PLIM_STEP_YIELD:
+            return v
+        if status == PLIM_STEP_RETURN:
+            raise StopIteration(v)
+        raise v
 
     def throw(self, typ, val=None, tb=None):
         """Coroutine protocol: the awaiting task is cancelled or interrupted.
@@ -291,78 +668,99 @@ cdef class _Request:
         """Coroutine protocol: the awaiting coroutine is closed."""
         self._stop_waiting()
 
-    cdef _cancel_timer(self):
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
-
     cdef _stop_waiting(self):
         if self._stage == STAGE_WAITING and self._waiter is not None:
             self._stage = STAGE_DONE
-            self._cancel_timer()
-            self._sem._abandon(self._waiter, False)
+            self._sem._abandon(self._waiter, False, False)
         else:
             self._stage = STAGE_DONE
 
-    cdef object _advance(self, int *done):
+    cdef object _granted(self, SemaphorePermit p):
+        if self._anon:
+            self._sem._anon += p._permits
+            p._permits = 0
+            return None
+        self._result = p
+        return p
+
+    cdef object _advance(self, int *status):
         cdef AsyncSemaphore sem = self._sem
-        cdef SemaphorePermit p
-        cdef int rc
         cdef _Waiter w
+        cdef double t
         if self._stage <= STAGE_AWAITED:
             # STAGE_CREATED too: asyncio sees send/throw/close and drives the
             # request as a coroutine (create_task, gather) without __await__.
             self._stage = STAGE_WAITING
             if self._permit is None and self._is_cancelled is None:
-                # Fast path: no future, no waiter, no lock.
-                rc = plim_try_acquire(&sem._sem, self._n)
-                if rc == PLIM_OK:
+                # plim_try_acquire: no waiter, no lock, no clock.
+                if plim_try_acquire(&sem._sem, self._n) == PLIM_OK:
                     sem._acquired_total += 1
                     sem._wait_counts[0] += 1
                     self._stage = STAGE_DONE
-                    p = _new_permit(sem, self._n)
-                    self._result = p
-                    done[0] = 1
-                    return p
+                    status[0] = PLIM_STEP_RETURN
+                    return self._granted(_new_permit(sem, self._n))
             r = sem._begin(self._permit, self._n, self._timeout, self._is_cancelled,
                            False)
             if type(r) is SemaphorePermit:
                 self._stage = STAGE_DONE
-                self._result = <SemaphorePermit>r
-                done[0] = 1
+                status[0] = PLIM_STEP_RETURN
+                return self._granted(<SemaphorePermit>r)
+            if type(r) is not _Waiter:
+                self._stage = STAGE_DONE
+                status[0] = PLIM_STEP_RAISE
                 return r
             w = <_Waiter>r
             self._waiter = w
             if self._timeout is not None:
-                self._timer = w.loop.call_later(self._timeout, sem._on_timeout, w)
-            w.fut._asyncio_future_blocking = True
-            return w.fut
+                t = self._timeout
+                if t > _MAX_TIMEOUT_S:
+                    t = _MAX_TIMEOUT_S
+                w.deadline_ns = w.enqueued_ns + <int64_t>(t * 1e9)
+                w.ls.add_deadline(w)
+            w._asyncio_future_blocking = True
+            return w
         if self._stage == STAGE_WAITING:
             w = self._waiter
-            if not w.fut.done():
-                w.fut._asyncio_future_blocking = True
-                return w.fut
+            if not w.posted:
+                w._asyncio_future_blocking = True
+                return w
             self._stage = STAGE_DONE
-            self._cancel_timer()
-            p = sem._finish(w)
-            self._result = p
-            done[0] = 1
-            return p
+            if w.node.state == PLIM_W_GRANTED:
+                p = w.permit
+                w.permit = None   # a stale deadline entry must not keep it alive
+                status[0] = PLIM_STEP_RETURN
+                return self._granted(p)
+            status[0] = PLIM_STEP_RAISE
+            if w.node.state == PLIM_W_REMOVED:
+                return PermitAcquireTimeoutError(_MSG_TIMED_OUT)
+            return contract.left_queue_error(w.node.state, w.node.total, w.limit, w.cause)
         raise RuntimeError("pylimiter: cannot reuse an already awaited request")
 
     def __aenter__(self):
         return self
 
-    async def __aexit__(self, *exc):
+    def __aexit__(self, exc_type, exc, tb):
         if self._result is not None:
             self._sem.release(self._result)
+        return _DONE
 
 
-cdef object _request_advance(object self, int *done):
-    return (<_Request>self)._advance(done)
+cdef object _request_advance(object self, int *status):
+    return (<_Request>self)._advance(status)
 
 
-plim_install_am_send(<PyObject *>_Request, <plim_advance_fn>_request_advance)
+plim_install_request(<PyObject *>_Request, <plim_advance_fn>_request_advance)
+
+
+cdef inline _Request _new_request(AsyncSemaphore sem, SemaphorePermit permit, int64_t n,
+                                  object timeout, object is_cancelled):
+    cdef _Request r = _Request.__new__(_Request)
+    r._sem = sem
+    r._permit = permit
+    r._n = n
+    r._timeout = timeout
+    r._is_cancelled = is_cancelled
+    return r
 
 
 # --------------------------------------------------------------------------
@@ -376,6 +774,7 @@ cdef class AsyncSemaphore:
     usage is still counted); ``max_queue_size <= 0`` makes the queue
     unbounded; ``timeout`` (seconds, ``None`` for ever) is the default wait
     for a queued request, measured from when it joins the queue.
+    ``set_max_permits`` changes the limit live, to or from unbounded too.
     """
 
     cdef plim_sem_t _sem
@@ -383,8 +782,11 @@ cdef class AsyncSemaphore:
     cdef bint _bounded
     cdef int64_t _max_queue
     cdef object _max_queue_cfg    # as configured (may be any int <= 0)
-    cdef object _max_cfg          # as configured, for unbounded semaphores
+    cdef object _max_cfg          # as last set (any int; <= 0: unbounded)
     cdef object _timeout
+    cdef int64_t _anon            # permits held by `async with sem:` blocks
+    cdef _LoopState _ls           # the loop state used last (also in _loops)
+    cdef dict _loops              # loop -> _LoopState, while it has waiters
     cdef int64_t _acquired_total
     cdef int64_t _timeout_total
     cdef int64_t _queue_full_total
@@ -404,6 +806,7 @@ cdef class AsyncSemaphore:
         self._max_queue = mq
         self._max_queue_cfg = max_queue_size
         self._max_cfg = max_permits
+        self._loops = {}
         if plim_sem_init(&self._sem, mp, mq) != PLIM_OK:
             raise MemoryError("pylimiter: cannot initialise the semaphore")
         self._ready = True
@@ -416,9 +819,7 @@ cdef class AsyncSemaphore:
 
     @property
     def max_permits(self):
-        """The configured limit (<= 0: unbounded)."""
-        if self._bounded:
-            return plim_max(&self._sem)
+        """The limit last set (<= 0: unbounded)."""
         return self._max_cfg
 
     @property
@@ -449,9 +850,18 @@ cdef class AsyncSemaphore:
         """True after close()."""
         return plim_closed(&self._sem) != 0
 
+    def locked(self):
+        """True when ``acquire(1)`` could not be granted at once: fewer than
+        one permit is available, requests are queued (no barging), or the
+        semaphore is closed.  As asyncio.Semaphore.locked(); a snapshot."""
+        if plim_closed(&self._sem):
+            return True
+        return self._bounded and (plim_queue_len(&self._sem) > 0
+                                  or plim_available(&self._sem) < 1)
+
     def __repr__(self):
         return (
-            f"<AsyncSemaphore max_permits={self.max_permits} "
+            f"<AsyncSemaphore max_permits={self._max_cfg} "
             f"acquired={plim_acquired(&self._sem)} "
             f"queued={plim_queue_len(&self._sem)}"
             f"{' closed' if plim_closed(&self._sem) else ''}>"
@@ -468,7 +878,7 @@ cdef class AsyncSemaphore:
                 if not self._bounded or v <= plim_max(&self._sem):
                     return v
         # Rare: let the shared checker pick the right exception and message.
-        return contract.check_permits(permits, plim_max(&self._sem), self._bounded)
+        return contract.check_permits(permits, self._max_cfg, self._bounded)
 
     cdef inline _check_permit(self, object permit):
         if type(permit) is not SemaphorePermit or (<SemaphorePermit>permit)._sem is not self:
@@ -481,7 +891,7 @@ cdef class AsyncSemaphore:
 
     # ---- public API ------------------------------------------------------------
 
-    def acquire(self, permits, *, timeout=TIMEOUT_NOT_GIVEN, is_cancelled=None):
+    def acquire(self, permits=1, *, timeout=TIMEOUT_NOT_GIVEN, is_cancelled=None):
         """Return an awaitable of a new SemaphorePermit holding ``permits``.
 
         The request joins the queue when first awaited.  It fails with
@@ -490,18 +900,12 @@ cdef class AsyncSemaphore:
         ``async with sem.acquire(n) as p:`` releases p on exit.
         """
         cdef int64_t n = self._check_n(permits)
-        cdef _Request r
         t = self._resolve_timeout(timeout)
         if is_cancelled is not None:
             contract.check_is_cancelled(is_cancelled)
         if plim_closed(&self._sem):
             raise contract.closed_error()
-        r = _Request.__new__(_Request)
-        r._sem = self
-        r._n = n
-        r._timeout = t
-        r._is_cancelled = is_cancelled
-        return r
+        return _new_request(self, None, n, t, is_cancelled)
 
     def update(self, permit, new_permits, *, timeout=TIMEOUT_NOT_GIVEN, is_cancelled=None):
         """Return an awaitable that changes ``permit`` to ``new_permits`` in
@@ -510,18 +914,11 @@ cdef class AsyncSemaphore:
         permit keeps what it had."""
         self._check_permit(permit)
         cdef int64_t n = self._check_n(new_permits)
-        cdef _Request r
         t = self._resolve_timeout(timeout)
         contract.check_is_cancelled(is_cancelled)
-        r = _Request.__new__(_Request)
-        r._sem = self
-        r._permit = permit
-        r._n = n
-        r._timeout = t
-        r._is_cancelled = is_cancelled
-        return r
+        return _new_request(self, permit, n, t, is_cancelled)
 
-    def acquire_blocking(self, permits, *, timeout=TIMEOUT_NOT_GIVEN, is_cancelled=None):
+    def acquire_blocking(self, permits=1, *, timeout=TIMEOUT_NOT_GIVEN, is_cancelled=None):
         """Blocking twin of ``acquire`` for threads; the GIL is released while
         waiting."""
         cdef int64_t n = self._check_n(permits)
@@ -544,7 +941,7 @@ cdef class AsyncSemaphore:
         contract.check_is_cancelled(is_cancelled)
         return self._run_blocking(permit, n, t, is_cancelled)
 
-    def try_acquire(self, permits):
+    def try_acquire(self, permits=1):
         """Take ``permits`` now if they fit and nobody queues; else None.
         Never waits and never overtakes queued requests."""
         cdef int64_t n = self._check_n(permits)
@@ -580,6 +977,23 @@ cdef class AsyncSemaphore:
         if b.done_head != NULL or b.check != NULL:
             self._settle(&b)
 
+    def __aenter__(self):
+        """``async with sem:`` takes one permit (as asyncio.Semaphore)."""
+        cdef _Request r = _new_request(self, None, 1, self._timeout, None)
+        r._anon = True
+        return r
+
+    def __aexit__(self, exc_type, exc, tb):
+        cdef plim_batch_t b
+        if self._anon <= 0:
+            raise RuntimeError(contract.MSG_ANON_EXIT)
+        self._anon -= 1
+        plim_batch_init(&b)
+        plim_release(&self._sem, 1, &b)
+        if b.done_head != NULL or b.check != NULL:
+            self._settle(&b)
+        return _DONE
+
     def close(self):
         """Close (idempotent): queued requests fail with
         PermitAcquireAlreadyClosedError, and so do later acquires."""
@@ -589,14 +1003,18 @@ cdef class AsyncSemaphore:
         self._settle(&b)
 
     def set_max_permits(self, max_permits):
-        """Change the limit of a bounded semaphore (must stay > 0).  Raising
-        it grants waiters that now fit; lowering it below what is held makes
-        available_permits negative; queued requests that can never fit fail
-        with ValueError."""
+        """Change the limit, live.  ``max_permits > 0`` bounds the semaphore
+        (an unbounded one too): what is held carries over, so
+        available_permits may go negative, and queued requests larger than
+        the new limit fail with ValueError; raising it grants waiters that
+        now fit.  ``max_permits <= 0`` makes it unbounded: every queued
+        request is granted at once."""
         cdef plim_batch_t b
-        max_permits = contract.check_new_max(max_permits, self._bounded)
+        m = contract.check_new_max(max_permits)
         plim_batch_init(&b)
-        plim_set_max(&self._sem, max_permits, &b)
+        plim_set_max(&self._sem, max(m, -1), &b)
+        self._bounded = m > 0
+        self._max_cfg = m
         self._settle(&b)
 
     def stats(self):
@@ -630,6 +1048,8 @@ cdef class AsyncSemaphore:
             w = <_Waiter>_waiter_ptr(node)
             if not w.applied:
                 w.applied = True
+                if w.ls is not None:
+                    w.ls.nq -= 1
                 if node.state == PLIM_W_GRANTED:
                     if now == 0:
                         now = plim_monotonic_ns()
@@ -659,41 +1079,48 @@ cdef class AsyncSemaphore:
                 w.cause = cause
             plim_resume(&self._sem, &w.node, cancelled, b)
             self._apply(b)
-        if b.done_head == NULL:
-            return
-        done = []
         node = plim_batch_pop(b)
         while node != NULL:
             w = <_Waiter>_waiter_ptr(node)
-            done.append(w)
-            Py_DECREF(w)   # the queue's reference; `done` holds one now
-            node = plim_batch_pop(b)
-        self._wake_all(done)
-
-    cdef _wake_all(self, list done):
-        cdef unsigned long me = PyThread_get_thread_ident()
-        cdef _Waiter w
-        for w in done:
+            Py_DECREF(w)   # the queue's reference; `w` holds one now
             if w.blocking:
                 PyThread_release_lock(w.lock)
-            elif w.thread_id == me:
-                self._deliver(w)
             else:
-                try:
-                    w.loop.call_soon_threadsafe(self._set_result, w)
-                except RuntimeError:   # its loop is closed: nobody will take it
-                    self._revert(w)
+                self._post(w)
+            node = plim_batch_pop(b)
 
-    def _set_result(self, _Waiter w):
-        self._deliver(w)
+    cdef _post(self, _Waiter w):
+        """Append w to its loop's wake batch; start the batch if it is the
+        first."""
+        cdef _LoopState ls
+        if w.posted:
+            return
+        w.posted = True
+        ls = w.ls
+        if ls.batch is None:
+            ls.batch = [w]
+            ls.schedule()
+        else:
+            ls.batch.append(w)
 
-    cdef _deliver(self, _Waiter w):
-        fut = w.fut
-        if not fut.done():
-            try:
-                fut.set_result(None)
-            except RuntimeError:   # its loop is closed: nobody will take it
-                self._revert(w)
+    cdef _repost(self, _LoopState ls, list rest):
+        """Put the undelivered rest of a batch back in front (its runner was
+        interrupted by SystemExit/KeyboardInterrupt)."""
+        if not rest:
+            return
+        if ls.batch is None:
+            ls.batch = rest
+            ls.schedule()
+        else:
+            ls.batch[:0] = rest
+
+    cdef _drop_batch(self, _LoopState ls):
+        """The batch's loop is closed: give back grants nobody will take."""
+        batch = ls.batch
+        ls.batch = None
+        if batch is not None:
+            for w in batch:
+                self._revert(<_Waiter>w)
 
     cdef _give_back(self, _Waiter w):
         """Return a grant that its requester will never take."""
@@ -711,13 +1138,16 @@ cdef class AsyncSemaphore:
         if w.node.state == PLIM_W_GRANTED:
             self._give_back(w)
 
-    cdef _abandon(self, _Waiter w, bint timed_out):
+    cdef _abandon(self, _Waiter w, bint timed_out, bint post):
         """The requester stops waiting (timeout, task cancel, interrupt).
-        A queued request leaves the queue; a grant that raced with a cancel
-        goes back; a grant that raced with a timeout stands."""
+        A queued request leaves the queue (``post``: and is woken first); a
+        grant that raced with a cancel goes back; a grant that raced with a
+        timeout stands."""
         cdef plim_batch_t b
         plim_batch_init(&b)
         if plim_cancel(&self._sem, &w.node, &b) == PLIM_OK:
+            if w.ls is not None:
+                w.ls.nq -= 1
             if w.permit._pending is w:
                 w.permit._pending = None
             if timed_out:
@@ -725,20 +1155,43 @@ cdef class AsyncSemaphore:
             else:
                 self._cancelled_total += 1
             Py_DECREF(w)   # the queue's reference; the caller still holds one
+            if post:
+                self._post(w)
             self._settle(&b)
-        elif w.node.state == PLIM_W_GRANTED and not timed_out:
+        elif w.node.state == PLIM_W_GRANTED and not timed_out and not w.reverted:
             self._cancelled_total += 1
             self._give_back(w)
 
-    def _on_timeout(self, _Waiter w):
-        self._abandon(w, True)
-        if w.node.state == PLIM_W_REMOVED and not w.fut.done():
-            w.fut.set_result(None)
+    cdef _cancel_waiter(self, _Waiter w, object msg):
+        if w.posted:
+            return False
+        self._abandon(w, False, False)
+        w.is_cancelled = True
+        w.cancel_msg = msg
+        self._post(w)
+        return True
+
+    cdef _expire(self, list expired):
+        """The loop's timer: these waiters' deadlines have passed."""
+        for w in expired:
+            self._abandon(<_Waiter>w, True, True)
+
+    cdef _LoopState _loop_state(self, object loop):
+        cdef _LoopState ls = self._ls
+        if ls is not None and ls.loop is loop:
+            return ls
+        ls = self._loops.get(loop)
+        if ls is None:
+            ls = _LoopState(self, loop)
+            self._loops[loop] = ls
+        self._ls = ls
+        return ls
 
     cdef object _begin(self, SemaphorePermit permit, int64_t n, object timeout,
                        object is_cancelled, bint blocking):
         """Shared start of every acquire/update: returns the permit when done
-        at once, or a queued _Waiter.  Raises on immediate failure."""
+        at once, a queued _Waiter, or the exception of an immediate failure
+        (to be raised once, by the caller)."""
         cdef plim_batch_t b
         cdef int64_t cur, need
         cdef int rc
@@ -752,7 +1205,7 @@ cdef class AsyncSemaphore:
             permit = _new_permit(self, 0)
         else:
             if permit._pending is not None:
-                raise RuntimeError(contract.MSG_UPDATE_IN_PROGRESS)
+                return RuntimeError(contract.MSG_UPDATE_IN_PROGRESS)
             cur = permit._permits
             if n <= cur:
                 # Shrinking is a release: after close too, no check.
@@ -764,10 +1217,10 @@ cdef class AsyncSemaphore:
                 return permit
         need = n - permit._permits
         if plim_closed(&self._sem):
-            raise contract.closed_error()
+            return contract.closed_error()
         if cancelled:
             self._cancelled_total += 1
-            raise contract.cancelled_error(cause)
+            return contract.cancelled_error(cause)
         rc = plim_try_acquire(&self._sem, need)
         if rc == PLIM_OK:
             permit._permits += need
@@ -775,31 +1228,33 @@ cdef class AsyncSemaphore:
             self._wait_counts[0] += 1
             return permit
         if rc == PLIM_OVERFLOW:
-            raise contract.overflow_error()
+            return contract.overflow_error()
         if rc == PLIM_CLOSED:
-            raise contract.closed_error()
+            return contract.closed_error()
         if timeout is not None and timeout == 0:
             self._timeout_total += 1
-            raise contract.timeout_zero_error()
+            return contract.timeout_zero_error()
+        loop = None
+        if not blocking:
+            loop = _get_running_loop()
+            if loop is None:
+                return contract.no_loop_error()
         w = _Waiter.__new__(_Waiter)
         w.permit = permit
         w.check = is_cancelled
         plim_waiter_init(&w.node, is_cancelled is not None)
         if blocking:
             w.blocking = True
-            w.lock = PyThread_allocate_lock()
-            if w.lock == NULL:
-                raise MemoryError()
-            PyThread_acquire_lock(w.lock, 1)
-        else:
-            loop = _get_running_loop()
-            w.loop = loop
-            w.fut = loop.create_future()
-            w.thread_id = PyThread_get_thread_ident()
+            w.lock = _take_lock()
         w.enqueued_ns = plim_monotonic_ns()
         rc = plim_enqueue(&self._sem, &w.node, need, n)
         if rc == PLIM_QUEUED:
             Py_INCREF(w)   # held by the queue until the waiter leaves it
+            if not blocking:
+                # Safe after the enqueue: the GIL keeps every other thread
+                # out of Python (and so away from w) until we return.
+                w.ls = self._loop_state(loop)
+                w.ls.nq += 1
             if is_update:
                 permit._pending = w
             return w
@@ -810,14 +1265,18 @@ cdef class AsyncSemaphore:
             return permit
         if rc == PLIM_FULL:
             self._queue_full_total += 1
-            raise contract.queue_full_error(self._max_queue)
+            return contract.queue_full_error(self._max_queue)
         if rc == PLIM_CLOSED:
-            raise contract.closed_error()
-        raise contract.overflow_error()
+            return contract.closed_error()
+        if rc == PLIM_TOO_LARGE:
+            return contract.too_large_error(n, plim_max(&self._sem))
+        return contract.overflow_error()
 
-    cdef SemaphorePermit _finish(self, _Waiter w):
+    cdef SemaphorePermit _finish_blocking(self, _Waiter w):
+        cdef SemaphorePermit p
         if w.node.state == PLIM_W_GRANTED:
-            return w.permit
+            p = w.permit
+            return p
         raise contract.left_queue_error(w.node.state, w.node.total, w.limit, w.cause)
 
     cdef object _run_blocking(self, SemaphorePermit permit, int64_t n, object timeout,
@@ -829,6 +1288,8 @@ cdef class AsyncSemaphore:
         r = self._begin(permit, n, timeout, is_cancelled, True)
         if type(r) is SemaphorePermit:
             return r
+        if type(r) is not _Waiter:
+            raise r
         w = <_Waiter>r
         if timeout is None:
             us = -1
@@ -844,7 +1305,7 @@ cdef class AsyncSemaphore:
                 try:
                     PyErr_CheckSignals()
                 except BaseException:
-                    self._abandon(w, False)
+                    self._abandon(w, False, False)
                     if w.node.state != PLIM_W_REMOVED:
                         with nogil:   # its wake-up is on the way: wait it out
                             PyThread_acquire_lock_timed(w.lock, -1, 0)
@@ -852,12 +1313,12 @@ cdef class AsyncSemaphore:
                 if timeout is not None:
                     us = max(<PY_TIMEOUT_T>0, (deadline - plim_monotonic_ns()) // 1000)
                 continue
-            self._abandon(w, True)
+            self._abandon(w, True, False)
             if w.node.state != PLIM_W_REMOVED:
                 with nogil:
                     PyThread_acquire_lock_timed(w.lock, -1, 0)
             break
-        return self._finish(w)
+        return self._finish_blocking(w)
 
 
 class AsyncDualMemoryLimiter(DualMemoryLimiterBase):
