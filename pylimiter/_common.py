@@ -13,8 +13,9 @@ from __future__ import annotations
 import enum
 import math
 import warnings
+from collections.abc import Callable, Generator, Iterable
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Iterator, Optional
+from typing import TYPE_CHECKING, Any
 
 from ._errors import (
     PermitAcquireAlreadyClosedError,
@@ -147,10 +148,13 @@ class _Done:
 
     __slots__ = ()
 
-    def __await__(self) -> Iterator[Any]:
-        # An exhausted iterator: `await` returns None without raising or
-        # allocating a StopIteration.
-        return iter(())
+    if TYPE_CHECKING:
+        def __await__(self) -> Generator[Any, Any, None]: ...
+    else:
+        def __await__(self):
+            # An exhausted iterator: `await` returns None without raising
+            # or allocating a StopIteration.
+            return iter(())
 
     def __repr__(self) -> str:
         return "<pylimiter completed awaitable>"
@@ -192,7 +196,7 @@ def no_loop_error() -> RuntimeError:
     return RuntimeError(MSG_NO_LOOP)
 
 
-def cancelled_error(cause: Optional[BaseException]) -> PermitAcquireCancelledError:
+def cancelled_error(cause: BaseException | None) -> PermitAcquireCancelledError:
     """As ``raise PermitAcquireCancelledError(...) from cause``: the check's
     own exception (or None) is the cause, the context is suppressed."""
     exc = PermitAcquireCancelledError(MSG_CANCELLED)
@@ -202,7 +206,7 @@ def cancelled_error(cause: Optional[BaseException]) -> PermitAcquireCancelledErr
 
 
 def left_queue_error(state: int, total: int, limit: int,
-                     cause: Optional[BaseException]) -> Exception:
+                     cause: BaseException | None) -> Exception:
     """left_queue_error is the exception a request raises when it left the
     queue in a final state other than W_GRANTED: closed, too large for a
     lowered limit, cancelled by its check, or timed out (W_REMOVED)."""
@@ -268,7 +272,7 @@ def check_permits(value: object, max_permits: int, bounded: bool) -> int:
 TIMEOUT_NOT_GIVEN: Any = object()
 
 
-def check_timeout(timeout: object, default: Optional[float]) -> Optional[float]:
+def check_timeout(timeout: object, default: float | None) -> float | None:
     """Resolve the timeout argument: <default> sentinel, None, or seconds >= 0."""
     if timeout is TIMEOUT_NOT_GIVEN:
         return default
@@ -284,7 +288,7 @@ def check_timeout(timeout: object, default: Optional[float]) -> Optional[float]:
     return timeout
 
 
-def ask_cancelled(is_cancelled: Callable[[], object]) -> tuple[bool, Optional[BaseException]]:
+def ask_cancelled(is_cancelled: Callable[[], object]) -> tuple[bool, BaseException | None]:
     """Evaluate an is_cancelled callable: (cancelled?, exception it raised).
     A check that raises counts as cancelled; the exception becomes the
     __cause__ of the PermitAcquireCancelledError."""

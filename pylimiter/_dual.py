@@ -6,8 +6,9 @@ each implementation module binds ``_semaphore_class`` to its own.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Generator
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Awaitable, Callable, Generator, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 from ._common import DONE, TIMEOUT_NOT_GIVEN, LimitType, SemaphoreStats
 
@@ -23,7 +24,7 @@ class DualMemoryPermit:
     ``with`` releases it on exit, like SemaphorePermit.
     """
 
-    __slots__ = ("_limiter", "_permit", "_limit_type")
+    __slots__ = ("_limit_type", "_limiter", "_permit")
 
     _limiter: DualMemoryLimiterBase
     _permit: SemaphorePermit
@@ -65,15 +66,15 @@ class DualMemoryPermit:
 class _DualRequest:
     """Awaitable (once) and async context manager around a semaphore request."""
 
-    __slots__ = ("_inner", "_limiter", "_limit_type", "_wrapper", "_result")
+    __slots__ = ("_inner", "_limit_type", "_limiter", "_result", "_wrapper")
 
     def __init__(self, inner: _Request, limiter: DualMemoryLimiterBase,
-                 limit_type: LimitType, wrapper: Optional[DualMemoryPermit]) -> None:
+                 limit_type: LimitType, wrapper: DualMemoryPermit | None) -> None:
         self._inner = inner
         self._limiter = limiter
         self._limit_type = limit_type
         self._wrapper = wrapper
-        self._result: Optional[DualMemoryPermit] = None
+        self._result: DualMemoryPermit | None = None
 
     def __await__(self) -> Generator[Any, None, DualMemoryPermit]:
         permit = yield from self._inner.__await__()
@@ -83,15 +84,21 @@ class _DualRequest:
         self._result = self._wrapper
         return self._wrapper
 
-    def __aenter__(self) -> _DualRequest:
-        return self
+    if TYPE_CHECKING:
+        # What `async with` sees; at run time neither creates a coroutine.
+        async def __aenter__(self) -> DualMemoryPermit: ...
 
-    def __aexit__(self, exc_type: Optional[type[BaseException]],
-                  exc: Optional[BaseException],
-                  tb: Optional[TracebackType]) -> Awaitable[None]:
-        if self._result is not None:
-            self._limiter.release(self._result)
-        return DONE
+        async def __aexit__(self, exc_type: type[BaseException] | None,
+                            exc: BaseException | None,
+                            tb: TracebackType | None) -> None: ...
+    else:
+        def __aenter__(self):
+            return self
+
+        def __aexit__(self, exc_type, exc, tb):
+            if self._result is not None:
+                self._limiter.release(self._result)
+            return DONE
 
 
 class DualMemoryLimiterBase:
@@ -107,8 +114,8 @@ class DualMemoryLimiterBase:
     def __init__(self, max_heap_bytes: int, max_direct_bytes: int, *,
                  heap_max_queue_size: int = 10000,
                  direct_max_queue_size: int = 10000,
-                 heap_timeout: Optional[float] = 25.0,
-                 direct_timeout: Optional[float] = 25.0) -> None:
+                 heap_timeout: float | None = 25.0,
+                 direct_timeout: float | None = 25.0) -> None:
         cls = self._semaphore_class
         self._limiters = {
             LimitType.HEAP_MEMORY: cls(max_heap_bytes, heap_max_queue_size,
@@ -136,7 +143,7 @@ class DualMemoryLimiterBase:
         return permit
 
     def acquire(self, size: int, limit_type: LimitType, *,
-                timeout: Optional[float] = TIMEOUT_NOT_GIVEN,
+                timeout: float | None = TIMEOUT_NOT_GIVEN,
                 is_cancelled: IsCancelled = None) -> _DualRequest:
         """Awaitable of a DualMemoryPermit holding ``size`` bytes of one pool."""
         sem = self.get_limiter(limit_type)
@@ -144,7 +151,7 @@ class DualMemoryLimiterBase:
         return _DualRequest(inner, self, limit_type, None)
 
     def acquire_blocking(self, size: int, limit_type: LimitType, *,
-                         timeout: Optional[float] = TIMEOUT_NOT_GIVEN,
+                         timeout: float | None = TIMEOUT_NOT_GIVEN,
                          is_cancelled: IsCancelled = None) -> DualMemoryPermit:
         """Blocking twin of ``acquire``."""
         sem = self.get_limiter(limit_type)
@@ -152,7 +159,7 @@ class DualMemoryLimiterBase:
         return DualMemoryPermit._new(self, permit, limit_type)
 
     def update(self, permit: DualMemoryPermit, new_size: int, *,
-               timeout: Optional[float] = TIMEOUT_NOT_GIVEN,
+               timeout: float | None = TIMEOUT_NOT_GIVEN,
                is_cancelled: IsCancelled = None) -> _DualRequest:
         """Awaitable that resizes ``permit`` in place and returns it."""
         p = self._unwrap(permit)
@@ -162,7 +169,7 @@ class DualMemoryLimiterBase:
         return _DualRequest(inner, self, p._limit_type, p)
 
     def update_blocking(self, permit: DualMemoryPermit, new_size: int, *,
-                        timeout: Optional[float] = TIMEOUT_NOT_GIVEN,
+                        timeout: float | None = TIMEOUT_NOT_GIVEN,
                         is_cancelled: IsCancelled = None) -> DualMemoryPermit:
         """Blocking twin of ``update``."""
         p = self._unwrap(permit)

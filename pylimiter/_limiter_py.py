@@ -26,8 +26,9 @@ import heapq
 import threading
 import time
 from collections import OrderedDict, deque
+from collections.abc import Callable, Generator
 from types import TracebackType
-from typing import Any, Awaitable, Callable, Generator, Optional, Union
+from typing import TYPE_CHECKING, Any, Optional
 
 from ._common import (
     DONE,
@@ -71,11 +72,11 @@ from ._common import (
 from ._dual import DualMemoryLimiterBase, DualMemoryPermit
 
 __all__ = [
-    "AsyncSemaphore",
-    "SemaphorePermit",
     "AsyncDualMemoryLimiter",
+    "AsyncSemaphore",
     "DualMemoryPermit",
     "LimitType",
+    "SemaphorePermit",
 ]
 
 _get_ident = threading.get_ident
@@ -100,11 +101,11 @@ class SemaphorePermit:
     permits emits a ResourceWarning (the permits stay taken).
     """
 
-    __slots__ = ("_sem", "_permits", "_pending", "__weakref__")
+    __slots__ = ("__weakref__", "_pending", "_permits", "_sem")
 
     _sem: AsyncSemaphore
     _permits: int
-    _pending: Optional[_Waiter]
+    _pending: _Waiter | None
 
     def __new__(cls, *args: object, **kwargs: object) -> SemaphorePermit:
         # Not __init__: no half-made object may reach __del__.
@@ -147,29 +148,45 @@ class _Waiter:
     """
 
     __slots__ = (
-        "permit", "need", "total", "granted", "state", "check", "cause", "limit",
-        "enqueued", "deadline", "ls", "lock", "reverted", "posted", "fired",
-        "is_cancelled", "cancel_msg", "callbacks", "_asyncio_future_blocking",
+        "_asyncio_future_blocking",
+        "callbacks",
+        "cancel_msg",
+        "cause",
+        "check",
+        "deadline",
+        "enqueued",
+        "fired",
+        "granted",
+        "is_cancelled",
+        "limit",
+        "lock",
+        "ls",
+        "need",
+        "permit",
+        "posted",
+        "reverted",
+        "state",
+        "total",
     )
 
     def __init__(self, permit: SemaphorePermit, check: IsCancelled) -> None:
-        self.permit: Optional[SemaphorePermit] = permit
+        self.permit: SemaphorePermit | None = permit
         self.need = 0
         self.total = 0
         self.granted = 0
         self.state = W_IDLE
         self.check = check
-        self.cause: Optional[BaseException] = None
+        self.cause: BaseException | None = None
         self.limit = 0
         self.enqueued = 0.0
         self.deadline = 0.0
-        self.ls: Optional[_LoopState] = None
-        self.lock: Optional[threading.Lock] = None
+        self.ls: _LoopState | None = None
+        self.lock: threading.Lock | None = None
         self.reverted = False
         self.posted = False
         self.fired = False
         self.is_cancelled = False
-        self.cancel_msg: Optional[str] = None
+        self.cancel_msg: str | None = None
         self.callbacks: list[tuple[_Callback, Any]] = []
         self._asyncio_future_blocking = False
 
@@ -213,7 +230,7 @@ class _Waiter:
         if not self.posted:
             raise asyncio.InvalidStateError("Result is not ready.")
 
-    def cancel(self, msg: Optional[str] = None) -> bool:
+    def cancel(self, msg: str | None = None) -> bool:
         """Task.cancel() while the task is parked here: leave the queue and
         wake the task with CancelledError.  False once the outcome is
         already decided (the task then cancels itself when it resumes, and a
@@ -246,15 +263,24 @@ class _LoopState:
     touched on the loop's own thread (enqueue, timer, batch runner).
     """
 
-    __slots__ = ("sem", "loop", "batch", "nq", "timer", "timer_at", "deadlines",
-                 "late", "seq")
+    __slots__ = (
+        "batch",
+        "deadlines",
+        "late",
+        "loop",
+        "nq",
+        "sem",
+        "seq",
+        "timer",
+        "timer_at",
+    )
 
     def __init__(self, sem: AsyncSemaphore, loop: asyncio.AbstractEventLoop) -> None:
         self.sem = sem
         self.loop = loop
-        self.batch: Optional[list[_Waiter]] = None   # None: no runner scheduled
+        self.batch: list[_Waiter] | None = None   # None: no runner scheduled
         self.nq = 0                                    # queued waiters of this loop
-        self.timer: Optional[asyncio.TimerHandle] = None
+        self.timer: asyncio.TimerHandle | None = None
         self.timer_at = 0.0
         self.deadlines: deque[_Waiter] = deque()       # non-decreasing deadlines
         self.late: list[tuple[float, int, _Waiter]] = []   # heap: out-of-order ones
@@ -373,16 +399,23 @@ class _Request:
     when first awaited), and an async context manager that releases the
     permit on exit."""
 
-    __slots__ = ("_sem", "_permit", "_n", "_timeout", "_is_cancelled", "_stage",
-                 "_result")
+    __slots__ = (
+        "_is_cancelled",
+        "_n",
+        "_permit",
+        "_result",
+        "_sem",
+        "_stage",
+        "_timeout",
+    )
 
     _sem: AsyncSemaphore
-    _permit: Optional[SemaphorePermit]
+    _permit: SemaphorePermit | None
     _n: int
-    _timeout: Optional[float]
+    _timeout: float | None
     _is_cancelled: IsCancelled
     _stage: int
-    _result: Optional[SemaphorePermit]
+    _result: SemaphorePermit | None
 
     def __await__(self) -> Generator[Any, None, SemaphorePermit]:
         if self._stage:
@@ -408,19 +441,25 @@ class _Request:
         self._result = p
         return p
 
-    def __aenter__(self) -> _Request:
-        return self
+    if TYPE_CHECKING:
+        # What `async with` sees; at run time neither creates a coroutine.
+        async def __aenter__(self) -> SemaphorePermit: ...
 
-    def __aexit__(self, exc_type: Optional[type[BaseException]],
-                  exc: Optional[BaseException],
-                  tb: Optional[TracebackType]) -> Awaitable[None]:
-        if self._result is not None:
-            self._sem.release(self._result)
-        return DONE
+        async def __aexit__(self, exc_type: type[BaseException] | None,
+                            exc: BaseException | None,
+                            tb: TracebackType | None) -> None: ...
+    else:
+        def __aenter__(self):
+            return self
+
+        def __aexit__(self, exc_type, exc, tb):
+            if self._result is not None:
+                self._sem.release(self._result)
+            return DONE
 
 
-def _new_request(sem: AsyncSemaphore, permit: Optional[SemaphorePermit], n: int,
-                 timeout: Optional[float], is_cancelled: IsCancelled) -> _Request:
+def _new_request(sem: AsyncSemaphore, permit: SemaphorePermit | None, n: int,
+                 timeout: float | None, is_cancelled: IsCancelled) -> _Request:
     r: _Request = _new(_Request)
     r._sem = sem
     r._permit = permit
@@ -463,7 +502,7 @@ class AsyncSemaphore:
         self,
         max_permits: int,
         max_queue_size: int = 10000,
-        timeout: Optional[float] = 25.0,
+        timeout: float | None = 25.0,
     ) -> None:
         max_permits, max_queue_size = check_limits(max_permits, max_queue_size)
         self._timeout = check_timeout(timeout, None)
@@ -531,7 +570,7 @@ class AsyncSemaphore:
 
     # ---- public API ---------------------------------------------------
 
-    def acquire(self, permits: int = 1, *, timeout: Optional[float] = TIMEOUT_NOT_GIVEN,
+    def acquire(self, permits: int = 1, *, timeout: float | None = TIMEOUT_NOT_GIVEN,
                 is_cancelled: IsCancelled = None) -> _Request:
         """Return an awaitable of a new SemaphorePermit holding ``permits``.
 
@@ -554,7 +593,7 @@ class AsyncSemaphore:
         return _new_request(self, None, n, t, is_cancelled)
 
     def update(self, permit: SemaphorePermit, new_permits: int, *,
-               timeout: Optional[float] = TIMEOUT_NOT_GIVEN,
+               timeout: float | None = TIMEOUT_NOT_GIVEN,
                is_cancelled: IsCancelled = None) -> _Request:
         """Return an awaitable that changes ``permit`` to ``new_permits`` in
         place and returns it.  Shrinking completes at once (even after close);
@@ -567,7 +606,7 @@ class AsyncSemaphore:
         return _new_request(self, permit, n, t, is_cancelled)
 
     def acquire_blocking(self, permits: int = 1, *,
-                         timeout: Optional[float] = TIMEOUT_NOT_GIVEN,
+                         timeout: float | None = TIMEOUT_NOT_GIVEN,
                          is_cancelled: IsCancelled = None) -> SemaphorePermit:
         """Blocking twin of ``acquire`` for threads."""
         n = check_permits(permits, self._max, self._bounded)
@@ -576,7 +615,7 @@ class AsyncSemaphore:
         return self._run_blocking(None, n, t, is_cancelled)
 
     def update_blocking(self, permit: SemaphorePermit, new_permits: int, *,
-                        timeout: Optional[float] = TIMEOUT_NOT_GIVEN,
+                        timeout: float | None = TIMEOUT_NOT_GIVEN,
                         is_cancelled: IsCancelled = None) -> SemaphorePermit:
         """Blocking twin of ``update`` for threads."""
         self._check_permit(permit)
@@ -585,7 +624,7 @@ class AsyncSemaphore:
         check_is_cancelled(is_cancelled)
         return self._run_blocking(permit, n, t, is_cancelled)
 
-    def try_acquire(self, permits: int = 1) -> Optional[SemaphorePermit]:
+    def try_acquire(self, permits: int = 1) -> SemaphorePermit | None:
         """Take ``permits`` now if they fit and nobody queues; else None.
         Never waits and never overtakes queued requests."""
         n = check_permits(permits, self._max, self._bounded)
@@ -619,19 +658,25 @@ class AsyncSemaphore:
             check = self._process_locked(None, done)
         self._settle(check, done)
 
-    def __aenter__(self) -> Awaitable[None]:
-        """``async with sem:`` takes one permit (as asyncio.Semaphore)."""
-        return _AnonRequest(self)
+    if TYPE_CHECKING:
+        async def __aenter__(self) -> None:
+            """``async with sem:`` takes one permit (as asyncio.Semaphore)."""
 
-    def __aexit__(self, exc_type: Optional[type[BaseException]],
-                  exc: Optional[BaseException],
-                  tb: Optional[TracebackType]) -> Awaitable[None]:
-        with self._lock:
-            if self._anon <= 0:
-                raise RuntimeError(MSG_ANON_EXIT)
-            self._anon -= 1
-        self._return_permits(1)
-        return DONE
+        async def __aexit__(self, exc_type: type[BaseException] | None,
+                            exc: BaseException | None,
+                            tb: TracebackType | None) -> None: ...
+    else:
+        def __aenter__(self):
+            """``async with sem:`` takes one permit (as asyncio.Semaphore)."""
+            return _AnonRequest(self)
+
+        def __aexit__(self, exc_type, exc, tb):
+            with self._lock:
+                if self._anon <= 0:
+                    raise RuntimeError(MSG_ANON_EXIT)
+                self._anon -= 1
+            self._return_permits(1)
+            return DONE
 
     def close(self) -> None:
         """Close (idempotent): queued requests fail with
@@ -656,7 +701,7 @@ class AsyncSemaphore:
         done: list[_Waiter] = []
         with self._lock:
             old_limit = self._max if self._bounded else 0
-            self._avail += (m if m > 0 else 0) - old_limit
+            self._avail += (max(0, m)) - old_limit
             self._max = m
             self._bounded = m > 0
             if self._bounded:
@@ -730,8 +775,8 @@ class AsyncSemaphore:
         self._leave_locked(w, W_GRANTED)
         self._record_wait_locked(max(0.0, now - w.enqueued))
 
-    def _process_locked(self, checked: Optional[_Waiter],
-                        done: list[_Waiter]) -> Optional[_Waiter]:
+    def _process_locked(self, checked: _Waiter | None,
+                        done: list[_Waiter]) -> _Waiter | None:
         """Grant heads while they fit; stop at a head with a check that has
         not been answered (returned: the caller asks it with no lock held).
         Unbounded, grant without asking, as long as nothing overflows."""
@@ -764,7 +809,7 @@ class AsyncSemaphore:
             check = self._process_locked(None, done)
         self._settle(check, done)
 
-    def _settle(self, check: Optional[_Waiter], done: list[_Waiter]) -> None:
+    def _settle(self, check: _Waiter | None, done: list[_Waiter]) -> None:
         """Answer pending checks outside the lock, then wake what left the queue."""
         while check is not None:
             assert check.check is not None
@@ -837,7 +882,7 @@ class AsyncSemaphore:
                 check = self._give_back_locked(w, done)
         self._settle(check, done)
 
-    def _give_back_locked(self, w: _Waiter, done: list[_Waiter]) -> Optional[_Waiter]:
+    def _give_back_locked(self, w: _Waiter, done: list[_Waiter]) -> _Waiter | None:
         assert w.permit is not None
         w.reverted = True
         w.permit._permits -= w.granted
@@ -869,7 +914,7 @@ class AsyncSemaphore:
                 check = self._give_back_locked(w, done)
         self._settle(check, done)
 
-    def _cancel_waiter(self, w: _Waiter, msg: Optional[str]) -> bool:
+    def _cancel_waiter(self, w: _Waiter, msg: str | None) -> bool:
         if w.posted:
             return False
         self._abandon(w, False)
@@ -902,9 +947,9 @@ class AsyncSemaphore:
         self._settle(check, done)
         return True
 
-    def _begin(self, permit: Optional[SemaphorePermit], n: int,
-               timeout: Optional[float], is_cancelled: IsCancelled,
-               blocking: bool) -> Union[SemaphorePermit, _Waiter]:
+    def _begin(self, permit: SemaphorePermit | None, n: int,
+               timeout: float | None, is_cancelled: IsCancelled,
+               blocking: bool) -> SemaphorePermit | _Waiter:
         """Shared start of every acquire/update: returns the permit when done
         at once, or a queued _Waiter.  Raises on immediate failure."""
         cancelled, cause = False, None
@@ -966,8 +1011,8 @@ class AsyncSemaphore:
             return p
         raise left_queue_error(w.state, w.total, w.limit, w.cause)
 
-    def _acquire_slow(self, permit: Optional[SemaphorePermit], n: int,
-                      timeout: Optional[float], is_cancelled: IsCancelled
+    def _acquire_slow(self, permit: SemaphorePermit | None, n: int,
+                      timeout: float | None, is_cancelled: IsCancelled
                       ) -> Generator[Any, None, SemaphorePermit]:
         r = self._begin(permit, n, timeout, is_cancelled, False)
         if type(r) is SemaphorePermit:
@@ -986,8 +1031,8 @@ class AsyncSemaphore:
             raise
         return self._finish(w)
 
-    def _run_blocking(self, permit: Optional[SemaphorePermit], n: int,
-                      timeout: Optional[float],
+    def _run_blocking(self, permit: SemaphorePermit | None, n: int,
+                      timeout: float | None,
                       is_cancelled: IsCancelled) -> SemaphorePermit:
         r = self._begin(permit, n, timeout, is_cancelled, True)
         if type(r) is SemaphorePermit:

@@ -9,7 +9,7 @@ import random
 
 import pytest
 
-from pylimiter._impls import C, PY
+from pylimiter._impls import PY, C
 
 pytestmark = pytest.mark.c_extension
 
