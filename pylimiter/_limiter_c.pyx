@@ -39,7 +39,7 @@ import heapq as _heapq
 # The contract shared with the pure twin: checks, messages and error
 # constructors, called on argument and error paths only.
 from . import _common as contract
-from ._common import TIMEOUT_NOT_GIVEN, LimitType, SemaphoreStats
+from ._common import LimitType, SemaphoreStats
 from ._dual import DualMemoryLimiterBase, DualMemoryPermit
 from ._errors import PermitAcquireTimeoutError
 
@@ -112,7 +112,10 @@ cdef extern from "_plim_binding.h":
     int64_t plim_monotonic_ns() nogil
     int plim_install_request(PyObject *tp, plim_advance_fn fn) except -1
     int plim_install_done(PyObject *tp) except -1
-    void plim_stop_forget(PyObject *value)
+    int plim_install_deallocs(PyObject *permit_type, Py_ssize_t count_offset,
+                              Py_ssize_t sem_offset,
+                              void (*leaked)(PyObject *, int64_t) noexcept,
+                              PyObject *request_type, Py_ssize_t result_offset) except -1
 
 cdef extern from "Python.h":
     ctypedef long long PY_TIMEOUT_T
@@ -146,6 +149,7 @@ assert (contract.W_IDLE, contract.W_QUEUED, contract.W_GRANTED, contract.W_CLOSE
         PLIM_W_TOO_LARGE, PLIM_W_CANCELLED, PLIM_W_REMOVED)
 assert contract.MAX_ACQUIRED == PLIM_MAX_ACQUIRED
 
+cdef object TIMEOUT_NOT_GIVEN = contract.TIMEOUT_NOT_GIVEN
 # asyncio's C accelerated lookup: the loop running in this thread, or None.
 cdef object _get_running_loop = _asyncio.events._get_running_loop
 cdef object _CancelledError = _asyncio.CancelledError
@@ -242,20 +246,15 @@ cdef class SemaphorePermit:
     def __repr__(self):
         return f"<SemaphorePermit permits={self._permits}>"
 
-    def __dealloc__(self):
-        # One test of a field that the deallocation reads anyway: the
-        # released permit pays nothing more.
-        if self._permits != 0:
-            _warn_leaked(self._sem, self._permits)
 
-
-cdef void _warn_leaked(AsyncSemaphore sem, int64_t n) noexcept:
-    # In a deallocator: nothing may escape, and the dying permit must not be
-    # handed to the warning machinery (it could keep a reference).
+cdef void _warn_leaked(PyObject *sem, int64_t n) noexcept:
+    # From the permit's deallocator (plim_permit_dealloc): nothing may
+    # escape, and the dying permit is not handed to the warning machinery
+    # (it could keep a reference); its semaphore names it.
     try:
-        contract.warn_leaked_permit(sem, n)
+        contract.warn_leaked_permit(<object>sem, n)
     except BaseException:
-        PyErr_WriteUnraisable(sem)
+        PyErr_WriteUnraisable(<object>sem)
 
 
 cdef inline SemaphorePermit _new_permit(AsyncSemaphore sem, int64_t n):
@@ -621,10 +620,6 @@ cdef class _Request:
     cdef _Waiter _waiter
     cdef SemaphorePermit _result
 
-    def __dealloc__(self):
-        if self._result is not None:
-            plim_stop_forget(<PyObject *>self._result)
-
     def __await__(self):
         if self._stage != STAGE_CREATED:
             raise RuntimeError(contract.MSG_ALREADY_AWAITED)
@@ -741,7 +736,7 @@ cdef class _Request:
 
     def __aexit__(self, exc_type, exc, tb):
         if self._result is not None:
-            self._sem.release(self._result)
+            self._sem._release(self._result)
         return _DONE
 
 
@@ -959,11 +954,12 @@ cdef class AsyncSemaphore:
     def release(self, permit):
         """Give back everything ``permit`` holds and set it to 0.
         Releasing again is a no-op; works after close."""
-        cdef plim_batch_t b
-        cdef SemaphorePermit p
         if type(permit) is not SemaphorePermit or (<SemaphorePermit>permit)._sem is not self:
             self._check_permit(permit)
-        p = <SemaphorePermit>permit
+        self._release(<SemaphorePermit>permit)
+
+    cdef _release(self, SemaphorePermit p):
+        cdef plim_batch_t b
         cdef int64_t n = p._permits
         if n == 0:
             return
@@ -1324,3 +1320,34 @@ cdef class AsyncSemaphore:
 class AsyncDualMemoryLimiter(DualMemoryLimiterBase):
     __doc__ = DualMemoryLimiterBase.__doc__
     _semaphore_class = AsyncSemaphore
+
+
+# --------------------------------------------------------------------------
+# The deallocation hooks (_plim_binding.h) need the offsets of three object
+# fields, which Cython will not take the address of: found by looking for a
+# known value in a probe object.
+# --------------------------------------------------------------------------
+
+cdef Py_ssize_t _offset_of(object obj, object value) except -1:
+    cdef char *base = <char *><PyObject *>obj
+    cdef Py_ssize_t off
+    cdef Py_ssize_t size = type(obj).__basicsize__
+    for off in range(sizeof(PyObject), size - sizeof(void *) + 1, sizeof(void *)):
+        if (<PyObject **>(base + off))[0] == <PyObject *>value:
+            return off
+    raise RuntimeError("pylimiter: field not found in its object")
+
+
+cdef _install_deallocs():
+    cdef AsyncSemaphore probe_sem = AsyncSemaphore(1)
+    cdef SemaphorePermit probe = _new_permit(probe_sem, 0)
+    cdef _Request req = _new_request(probe_sem, None, 0, None, None)
+    req._result = probe
+    plim_install_deallocs(<PyObject *>SemaphorePermit,
+                          <char *>&probe._permits - <char *><PyObject *>probe,
+                          _offset_of(probe, probe_sem), _warn_leaked,
+                          <PyObject *>_Request, _offset_of(req, probe))
+    req._result = None
+
+
+_install_deallocs()

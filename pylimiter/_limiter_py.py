@@ -425,7 +425,9 @@ class _Request:
         if self._permit is None and self._is_cancelled is None:
             # plim_try_acquire, inline: nobody queues (bounded) and it fits.
             n = self._n
-            with sem._lock:
+            lock = sem._lock
+            lock.acquire()
+            try:
                 avail = sem._avail
                 if not sem._closed and (
                     (not sem._queue and avail >= n) if sem._bounded
@@ -434,8 +436,14 @@ class _Request:
                     sem._avail = avail - n
                     sem._acquired_total += 1
                     sem._wait_counts[0] += 1
-                    p = self._result = _new_permit(sem, n)
+                    p: SemaphorePermit = _new(SemaphorePermit)
+                    p._sem = sem
+                    p._permits = n
+                    p._pending = None
+                    self._result = p
                     return p
+            finally:
+                lock.release()
         p = yield from sem._acquire_slow(self._permit, self._n, self._timeout,
                                          self._is_cancelled)
         self._result = p
@@ -579,18 +587,27 @@ class AsyncSemaphore:
         PermitAcquireAlreadyClosedError or PermitAcquireCancelledError.
         ``async with sem.acquire(n) as p:`` releases p on exit.
         """
-        if type(permits) is int and 0 <= permits <= MAX_PERMITS and (
-                permits <= self._max or not self._bounded):
-            n = permits
+        if type(permits) is not int or not 0 <= permits <= MAX_PERMITS or (
+                self._bounded and permits > self._max):
+            permits = check_permits(permits, self._max, self._bounded)
+        if timeout is TIMEOUT_NOT_GIVEN:
+            timeout = self._timeout
         else:
-            n = check_permits(permits, self._max, self._bounded)
-        t = self._timeout if timeout is TIMEOUT_NOT_GIVEN else check_timeout(
-            timeout, self._timeout)
+            timeout = check_timeout(timeout, self._timeout)
         if is_cancelled is not None:
             check_is_cancelled(is_cancelled)
         if self._closed:
             raise closed_error()
-        return _new_request(self, None, n, t, is_cancelled)
+        # _new_request, inline: this is the uncontended path.
+        r: _Request = _new(_Request)
+        r._sem = self
+        r._permit = None
+        r._n = permits
+        r._timeout = timeout
+        r._is_cancelled = is_cancelled
+        r._stage = 0
+        r._result = None
+        return r
 
     def update(self, permit: SemaphorePermit, new_permits: int, *,
                timeout: float | None = TIMEOUT_NOT_GIVEN,
@@ -642,7 +659,9 @@ class AsyncSemaphore:
         Releasing again is a no-op; works after close."""
         if type(permit) is not SemaphorePermit or permit._sem is not self:
             raise permit_error(permit, SemaphorePermit)
-        with self._lock:
+        lock = self._lock
+        lock.acquire()
+        try:
             n = permit._permits
             if n == 0:
                 return
@@ -656,6 +675,8 @@ class AsyncSemaphore:
                 return   # plim_release's fast CAS: nothing to hand over
             done: list[_Waiter] = []
             check = self._process_locked(None, done)
+        finally:
+            lock.release()
         self._settle(check, done)
 
     if TYPE_CHECKING:

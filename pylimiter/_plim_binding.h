@@ -194,6 +194,67 @@ static PySendResult plim_done_am_send(PyObject *self, PyObject *arg, PyObject **
     return PYGEN_RETURN;
 }
 
+/* ---- deallocation hooks ----------------------------------------------------
+ * Installed over Cython's tp_dealloc of the permit and the request, so that
+ * the common case adds one test and no call: a Cython __dealloc__ would save
+ * and restore the error indicator and call out on every deallocation. */
+
+static destructor plim_permit_base_dealloc = NULL;
+static Py_ssize_t plim_permit_count_offset = 0;  /* int64_t permits held */
+static Py_ssize_t plim_permit_sem_offset = 0;    /* PyObject *semaphore */
+/* Cython: emits the ResourceWarning; gets the semaphore (kept alive by the
+ * dying permit) and the count, never the permit itself. */
+static void (*plim_permit_leaked)(PyObject *sem, int64_t n) = NULL;
+
+static void plim_permit_dealloc(PyObject *o)
+{
+    int64_t n = *(int64_t *)((char *)o + plim_permit_count_offset);
+    if (n != 0) {
+        PyObject *sem = *(PyObject **)((char *)o + plim_permit_sem_offset);
+#if PY_VERSION_HEX >= 0x030C0000
+        PyObject *exc = PyErr_GetRaisedException();
+        plim_permit_leaked(sem, n);
+        PyErr_SetRaisedException(exc);
+#else
+        PyObject *et, *ev, *tb;
+        PyErr_Fetch(&et, &ev, &tb);
+        plim_permit_leaked(sem, n);
+        PyErr_Restore(et, ev, tb);
+#endif
+    }
+    plim_permit_base_dealloc(o);
+}
+
+static destructor plim_request_base_dealloc = NULL;
+static Py_ssize_t plim_request_result_offset = 0; /* PyObject *result permit */
+
+static void plim_request_dealloc(PyObject *o)
+{
+    PyObject *result = *(PyObject **)((char *)o + plim_request_result_offset);
+    if (result != NULL && result != Py_None)
+        plim_stop_forget(result);   /* runs no Python code */
+    plim_request_base_dealloc(o);
+}
+
+static int plim_install_deallocs(PyObject *permit_type, Py_ssize_t count_offset,
+                                 Py_ssize_t sem_offset,
+                                 void (*leaked)(PyObject *, int64_t),
+                                 PyObject *request_type, Py_ssize_t result_offset)
+{
+    PyTypeObject *pt = (PyTypeObject *)permit_type, *rt = (PyTypeObject *)request_type;
+    plim_permit_base_dealloc = pt->tp_dealloc;
+    plim_permit_count_offset = count_offset;
+    plim_permit_sem_offset = sem_offset;
+    plim_permit_leaked = leaked;
+    pt->tp_dealloc = plim_permit_dealloc;
+    PyType_Modified(pt);
+    plim_request_base_dealloc = rt->tp_dealloc;
+    plim_request_result_offset = result_offset;
+    rt->tp_dealloc = plim_request_dealloc;
+    PyType_Modified(rt);
+    return 0;
+}
+
 static int plim_set_slots(PyObject *type, iternextfunc next, sendfunc send)
 {
     PyTypeObject *tp = (PyTypeObject *)type;
