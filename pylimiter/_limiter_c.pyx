@@ -16,7 +16,7 @@ owns the Python objects and does the waking.  Rules that keep it sound:
   it leaves the queue (woken from a batch, or removed by its own cancel).
 * Waking happens after the core call.  A blocking thread is woken through
   its waiter's PyThread lock (from a pool: no allocation per wait).  An
-  asyncio task parks on its _Waiter itself (no Future): waiters that leave
+  asyncio task parks on its request itself (no Future): requests that leave
   the queue are appended, FIFO, to their loop's wake batch (_LoopState),
   and one call_soon (call_soon_threadsafe from another thread) runs the
   whole batch.
@@ -213,7 +213,7 @@ cdef void _give_lock(PyThread_type_lock lock) noexcept:
 # Permits and waiters
 # --------------------------------------------------------------------------
 
-@cython.freelist(64)
+@cython.freelist(256)
 @cython.final
 cdef class SemaphorePermit:
     """Permits held from one AsyncSemaphore.
@@ -226,7 +226,7 @@ cdef class SemaphorePermit:
 
     cdef AsyncSemaphore _sem
     cdef int64_t _permits
-    cdef _Waiter _pending
+    cdef _Node _pending
     cdef object __weakref__
 
     def __init__(self, *args, **kwargs):
@@ -275,45 +275,298 @@ cdef inline object _call_in(object ctx, object fn, object arg):
         PyContext_Exit(ctx)
 
 
-@cython.freelist(64)
-@cython.final
-cdef class _Waiter:
-    """One queued request: the plim_waiter_t node plus how to wake it.
-
-    For asyncio it is also what the waiting task parks on: the part of the
-    Future protocol asyncio.Task uses (``_asyncio_future_blocking``,
-    ``get_loop``, ``add_done_callback``, ``result``, ``cancel``).  It is
-    "done" once its outcome is decided and it is in (or past) a wake batch.
-    """
+cdef class _Node:
+    """One request as the core and the wake-up code see it: the
+    plim_waiter_t node plus its outcome.  A blocking wait queues a
+    _BlockingWaiter; an asyncio request queues itself (_Request), so a
+    parked task costs one object, not a request and a waiter."""
 
     cdef plim_waiter_t node
-    cdef SemaphorePermit permit
-    cdef object check
+    cdef SemaphorePermit permit       # filled by the grant
+    cdef object check                 # is_cancelled, or None
     cdef object cause
     cdef int64_t limit
     cdef int64_t enqueued_ns
-    cdef int64_t deadline_ns
-    cdef _LoopState ls                 # None for a blocking waiter
-    cdef PyThread_type_lock lock       # blocking waiters only
+    cdef _LoopState ls                # None for a blocking waiter
     cdef bint blocking
     cdef bint applied
     cdef bint reverted
-    cdef bint posted
-    cdef bint fired
-    cdef bint is_cancelled
-    cdef object cancel_msg
-    cdef object cb                     # the first done-callback and its context
-    cdef object ctx
-    cdef list more_cbs                 # any further (fn, context) pairs
-    cdef public bint _asyncio_future_blocking
+    cdef bint posted                  # asyncio: in (or past) a wake batch
+
+
+@cython.freelist(64)
+@cython.final
+cdef class _BlockingWaiter(_Node):
+    """A queued acquire_blocking/update_blocking: woken through its lock."""
+
+    cdef PyThread_type_lock lock
 
     def __dealloc__(self):
         if self.lock != NULL:
             _give_lock(self.lock)
             self.lock = NULL
 
-    def get_loop(self):
-        """The event loop the waiting task runs on."""
+
+# Byte offset of `node` inside a _Node (the same in both subclasses), to get
+# from a core node back to its object (the intrusive-list container_of).
+cdef Py_ssize_t _NODE_OFFSET
+
+
+cdef Py_ssize_t _node_offset():
+    cdef _Node probe = _Node.__new__(_Node)
+    return <char *>&probe.node - <char *><PyObject *>probe
+
+
+_NODE_OFFSET = _node_offset()
+
+
+cdef inline PyObject *_waiter_ptr(plim_waiter_t *n) noexcept:
+    return <PyObject *>(<char *>n - _NODE_OFFSET)
+
+
+def _deadline_key(_Request w):
+    return w.deadline_ns
+
+
+# --------------------------------------------------------------------------
+# Per loop: the wake batch and the timeout timer
+# --------------------------------------------------------------------------
+
+@cython.final
+cdef class _LoopState:
+    """What one semaphore keeps per event loop while the loop has waiters:
+    the pending wake batch and the one timeout timer.  Dropped when idle.
+
+    ``batch`` and ``nq`` may change on any thread (under the GIL); the
+    deadlines and the timer only on the loop's own thread (enqueue, timer,
+    batch runner).
+    """
+
+    cdef AsyncSemaphore sem
+    cdef object loop
+    cdef list batch              # None: no runner scheduled
+    cdef Py_ssize_t nq           # queued waiters of this loop
+    cdef object timer
+    cdef int64_t timer_at
+    cdef list dl                 # deadlines in arrival order (non-decreasing)...
+    cdef Py_ssize_t dl_head      # ...consumed from here
+    cdef list late               # heap (deadline, seq, waiter): out-of-order ones
+    cdef int64_t seq
+    cdef object run_cb
+    cdef object timer_cb
+
+    def __cinit__(self, AsyncSemaphore sem, loop):
+        self.sem = sem
+        self.loop = loop
+        self.dl = []
+        self.late = []
+        self.run_cb = self.run
+        self.timer_cb = self.on_timer
+
+    cdef schedule(self):
+        """A batch was just started: run it soon on the loop."""
+        loop = self.loop
+        try:
+            if _get_running_loop() is loop:
+                loop.call_soon(self.run_cb)
+            else:
+                loop.call_soon_threadsafe(self.run_cb)
+        except RuntimeError:   # the loop is closed: nobody will take these
+            self.sem._drop_batch(self)
+
+    def run(self):
+        """The batch runner: deliver each outcome in FIFO order."""
+        cdef Py_ssize_t i
+        cdef _Request w
+        batch = self.batch
+        self.batch = None
+        if batch is not None:
+            for i in range(len(batch)):
+                w = <_Request>batch[i]
+                try:
+                    w._fire()
+                except (SystemExit, KeyboardInterrupt):
+                    self.sem._repost(self, batch[i + 1:])
+                    raise
+                except BaseException as exc:
+                    self.loop.call_exception_handler({
+                        "message": "pylimiter: exception in a wake-up callback",
+                        "exception": exc,
+                        "future": w,
+                    })
+        self.tidy()
+
+    cdef add_deadline(self, _Request w):
+        """Track a queued waiter's deadline; arm the timer if it is the
+        earliest."""
+        cdef int64_t d = w.deadline_ns
+        cdef Py_ssize_t n = len(self.dl)
+        if n == self.dl_head or (<_Request>self.dl[n - 1]).deadline_ns <= d:
+            self.dl.append(w)
+        else:
+            self.seq += 1
+            _heappush(self.late, (d, self.seq, w))
+        if self.timer is None or d < self.timer_at:
+            self.arm(d)
+
+    cdef arm(self, int64_t deadline):
+        cdef double delay
+        if self.timer is not None:
+            self.timer.cancel()
+        self.timer_at = deadline
+        delay = (deadline - plim_monotonic_ns()) / 1e9
+        self.timer = self.loop.call_later(delay if delay > 0 else 0.0, self.timer_cb)
+
+    def on_timer(self):
+        """Time out every queued waiter whose deadline has passed, then
+        re-arm for the earliest one left."""
+        cdef int64_t now = plim_monotonic_ns()
+        cdef _Request w
+        self.timer = None
+        expired = []
+        dl = self.dl
+        while self.dl_head < len(dl):
+            w = <_Request>dl[self.dl_head]
+            if w.deadline_ns > now:
+                break
+            dl[self.dl_head] = None
+            self.dl_head += 1
+            if w.node.state == PLIM_W_QUEUED:
+                expired.append(w)
+        late = self.late
+        if late and late[0][0] <= now:
+            while late and late[0][0] <= now:
+                w = <_Request>_heappop(late)[2]
+                if w.node.state == PLIM_W_QUEUED:
+                    expired.append(w)
+            expired.sort(key=_deadline_key)   # stable: arrival order on ties
+        if expired:
+            self.sem._expire(expired)
+        self.prune()
+        if self.dl_head < len(dl):
+            d = (<_Request>dl[self.dl_head]).deadline_ns
+            if late and late[0][0] < d:
+                d = late[0][0]
+            self.arm(d)
+        elif late:
+            self.arm(late[0][0])
+        self.tidy()
+
+    cdef prune(self):
+        """Drop deadlines of waiters that already left the queue."""
+        dl = self.dl
+        while self.dl_head < len(dl) and (<_Request>dl[self.dl_head]).node.state != PLIM_W_QUEUED:
+            dl[self.dl_head] = None
+            self.dl_head += 1
+        if self.dl_head == len(dl):
+            if self.dl_head:
+                self.dl = []
+                self.dl_head = 0
+        elif self.dl_head > 32 and 2 * self.dl_head >= len(dl):
+            del dl[:self.dl_head]
+            self.dl_head = 0
+        late = self.late
+        while late and (<_Request>late[0][2]).node.state != PLIM_W_QUEUED:
+            _heappop(late)
+
+    cdef tidy(self):
+        """On the loop's thread: forget stale deadlines; when no waiter of
+        this loop is queued or pending, cancel the timer and drop the state."""
+        self.prune()
+        if self.nq or self.batch is not None:
+            return
+        sem = self.sem
+        if sem._loops.get(self.loop) is self:
+            del sem._loops[self.loop]
+        if sem._ls is self:
+            sem._ls = None
+        self.dl = []
+        self.dl_head = 0
+        self.late = []
+        if self.timer is not None:
+            self.timer.cancel()
+            self.timer = None
+
+
+# --------------------------------------------------------------------------
+# The awaitables
+# --------------------------------------------------------------------------
+
+@cython.final
+cdef class _Done:
+    """An awaitable that is already complete (with None): what ``__aexit__``
+    returns when the exit only releases, so no coroutine is created."""
+
+    def __await__(self):
+        return self
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        raise StopIteration
+
+    def __repr__(self):
+        return "<pylimiter completed awaitable>"
+
+
+plim_install_done(<PyObject *>_Done)
+cdef _Done _DONE = _Done()
+
+
+cdef enum RequestStage:
+    STAGE_CREATED = 0    # returned by acquire/update, not awaited yet
+    STAGE_AWAITED = 1    # __await__ called; nothing asked of the core yet
+    STAGE_WAITING = 2    # queued: the task is parked on the waiter
+    STAGE_DONE = 3       # granted, failed, or abandoned: never again
+
+
+@cython.freelist(256)
+@cython.final
+cdef class _Request(_Node):
+    """What ``acquire``/``update`` return: awaitable once (it joins the queue
+    when first awaited), and an async context manager that releases the
+    permit on exit.
+
+    Queued, it is its own waiter, and what the waiting task parks on: the
+    part of the Future protocol asyncio.Task uses
+    (``_asyncio_future_blocking``, ``_loop``, ``add_done_callback``,
+    ``result``, ``cancel``).  It is "done" once its outcome is decided and
+    it is in (or past) a wake batch.
+    """
+
+    cdef AsyncSemaphore _sem
+    cdef SemaphorePermit _permit   # the permit to update; None for acquire
+    cdef int64_t _n
+    cdef object _timeout
+    cdef RequestStage _stage
+    cdef bint _anon                # `async with sem:`: the semaphore holds it
+    cdef SemaphorePermit _result
+    cdef int64_t deadline_ns
+    cdef bint fired
+    cdef bint is_cancelled
+    cdef object cancel_msg
+    cdef object cb                 # the first done-callback and its context
+    cdef object ctx
+    cdef list more_cbs             # any further (fn, context) pairs
+    cdef object blocking_flag      # _asyncio_future_blocking: None until queued
+
+    @property
+    def _asyncio_future_blocking(self):
+        """None until the request is queued, so that asyncio.isfuture() is
+        false for a request (ensure_future and gather wrap it in a Task);
+        True when a task is to park on it."""
+        return self.blocking_flag
+
+    @_asyncio_future_blocking.setter
+    def _asyncio_future_blocking(self, value):
+        self.blocking_flag = value
+
+    @property
+    def _loop(self):
+        """The event loop the waiting task runs on.  An attribute, not
+        get_loop(): asyncio falls back to it, and reading it allocates no
+        bound method per parked task."""
         return self.ls.loop
 
     def add_done_callback(self, fn, *, context=None):
@@ -383,242 +636,13 @@ cdef class _Waiter:
             for fn, c in more:
                 _call_in(c, fn, self)
 
+
+
+
     def __repr__(self):
         state = ("cancelled" if self.is_cancelled else "done" if self.posted
-                 else "queued")
-        return f"<pylimiter waiter need={self.node.need} {state}>"
-
-
-# Byte offset of `node` inside a _Waiter, to get from a core node back to its
-# object (the intrusive-list container_of).
-cdef Py_ssize_t _NODE_OFFSET
-
-
-cdef Py_ssize_t _node_offset():
-    cdef _Waiter probe = _Waiter.__new__(_Waiter)
-    return <char *>&probe.node - <char *><PyObject *>probe
-
-
-_NODE_OFFSET = _node_offset()
-
-
-cdef inline PyObject *_waiter_ptr(plim_waiter_t *n) noexcept:
-    return <PyObject *>(<char *>n - _NODE_OFFSET)
-
-
-def _deadline_key(_Waiter w):
-    return w.deadline_ns
-
-
-# --------------------------------------------------------------------------
-# Per loop: the wake batch and the timeout timer
-# --------------------------------------------------------------------------
-
-@cython.final
-cdef class _LoopState:
-    """What one semaphore keeps per event loop while the loop has waiters:
-    the pending wake batch and the one timeout timer.  Dropped when idle.
-
-    ``batch`` and ``nq`` may change on any thread (under the GIL); the
-    deadlines and the timer only on the loop's own thread (enqueue, timer,
-    batch runner).
-    """
-
-    cdef AsyncSemaphore sem
-    cdef object loop
-    cdef list batch              # None: no runner scheduled
-    cdef Py_ssize_t nq           # queued waiters of this loop
-    cdef object timer
-    cdef int64_t timer_at
-    cdef list dl                 # deadlines in arrival order (non-decreasing)...
-    cdef Py_ssize_t dl_head      # ...consumed from here
-    cdef list late               # heap (deadline, seq, waiter): out-of-order ones
-    cdef int64_t seq
-    cdef object run_cb
-    cdef object timer_cb
-
-    def __cinit__(self, AsyncSemaphore sem, loop):
-        self.sem = sem
-        self.loop = loop
-        self.dl = []
-        self.late = []
-        self.run_cb = self.run
-        self.timer_cb = self.on_timer
-
-    cdef schedule(self):
-        """A batch was just started: run it soon on the loop."""
-        loop = self.loop
-        try:
-            if _get_running_loop() is loop:
-                loop.call_soon(self.run_cb)
-            else:
-                loop.call_soon_threadsafe(self.run_cb)
-        except RuntimeError:   # the loop is closed: nobody will take these
-            self.sem._drop_batch(self)
-
-    def run(self):
-        """The batch runner: deliver each outcome in FIFO order."""
-        cdef Py_ssize_t i
-        cdef _Waiter w
-        batch = self.batch
-        self.batch = None
-        if batch is not None:
-            for i in range(len(batch)):
-                w = <_Waiter>batch[i]
-                try:
-                    w._fire()
-                except (SystemExit, KeyboardInterrupt):
-                    self.sem._repost(self, batch[i + 1:])
-                    raise
-                except BaseException as exc:
-                    self.loop.call_exception_handler({
-                        "message": "pylimiter: exception in a wake-up callback",
-                        "exception": exc,
-                        "future": w,
-                    })
-        self.tidy()
-
-    cdef add_deadline(self, _Waiter w):
-        """Track a queued waiter's deadline; arm the timer if it is the
-        earliest."""
-        cdef int64_t d = w.deadline_ns
-        cdef Py_ssize_t n = len(self.dl)
-        if n == self.dl_head or (<_Waiter>self.dl[n - 1]).deadline_ns <= d:
-            self.dl.append(w)
-        else:
-            self.seq += 1
-            _heappush(self.late, (d, self.seq, w))
-        if self.timer is None or d < self.timer_at:
-            self.arm(d)
-
-    cdef arm(self, int64_t deadline):
-        cdef double delay
-        if self.timer is not None:
-            self.timer.cancel()
-        self.timer_at = deadline
-        delay = (deadline - plim_monotonic_ns()) / 1e9
-        self.timer = self.loop.call_later(delay if delay > 0 else 0.0, self.timer_cb)
-
-    def on_timer(self):
-        """Time out every queued waiter whose deadline has passed, then
-        re-arm for the earliest one left."""
-        cdef int64_t now = plim_monotonic_ns()
-        cdef _Waiter w
-        self.timer = None
-        expired = []
-        dl = self.dl
-        while self.dl_head < len(dl):
-            w = <_Waiter>dl[self.dl_head]
-            if w.deadline_ns > now:
-                break
-            dl[self.dl_head] = None
-            self.dl_head += 1
-            if w.node.state == PLIM_W_QUEUED:
-                expired.append(w)
-        late = self.late
-        if late and late[0][0] <= now:
-            while late and late[0][0] <= now:
-                w = <_Waiter>_heappop(late)[2]
-                if w.node.state == PLIM_W_QUEUED:
-                    expired.append(w)
-            expired.sort(key=_deadline_key)   # stable: arrival order on ties
-        if expired:
-            self.sem._expire(expired)
-        self.prune()
-        if self.dl_head < len(dl):
-            d = (<_Waiter>dl[self.dl_head]).deadline_ns
-            if late and late[0][0] < d:
-                d = late[0][0]
-            self.arm(d)
-        elif late:
-            self.arm(late[0][0])
-        self.tidy()
-
-    cdef prune(self):
-        """Drop deadlines of waiters that already left the queue."""
-        dl = self.dl
-        while self.dl_head < len(dl) and (<_Waiter>dl[self.dl_head]).node.state != PLIM_W_QUEUED:
-            dl[self.dl_head] = None
-            self.dl_head += 1
-        if self.dl_head == len(dl):
-            if self.dl_head:
-                self.dl = []
-                self.dl_head = 0
-        elif self.dl_head > 32 and 2 * self.dl_head >= len(dl):
-            del dl[:self.dl_head]
-            self.dl_head = 0
-        late = self.late
-        while late and (<_Waiter>late[0][2]).node.state != PLIM_W_QUEUED:
-            _heappop(late)
-
-    cdef tidy(self):
-        """On the loop's thread: forget stale deadlines; when no waiter of
-        this loop is queued or pending, cancel the timer and drop the state."""
-        self.prune()
-        if self.nq or self.batch is not None:
-            return
-        sem = self.sem
-        if sem._loops.get(self.loop) is self:
-            del sem._loops[self.loop]
-        if sem._ls is self:
-            sem._ls = None
-        self.dl = []
-        self.dl_head = 0
-        self.late = []
-        if self.timer is not None:
-            self.timer.cancel()
-            self.timer = None
-
-
-# --------------------------------------------------------------------------
-# The awaitables
-# --------------------------------------------------------------------------
-
-@cython.final
-cdef class _Done:
-    """An awaitable that is already complete (with None): what ``__aexit__``
-    returns when the exit only releases, so no coroutine is created."""
-
-    def __await__(self):
-        return self
-
-    def __iter__(self):
-        return self
-
-    def __next__(self):
-        raise StopIteration
-
-    def __repr__(self):
-        return "<pylimiter completed awaitable>"
-
-
-plim_install_done(<PyObject *>_Done)
-cdef _Done _DONE = _Done()
-
-
-cdef enum RequestStage:
-    STAGE_CREATED = 0    # returned by acquire/update, not awaited yet
-    STAGE_AWAITED = 1    # __await__ called; nothing asked of the core yet
-    STAGE_WAITING = 2    # queued: the task is parked on the waiter
-    STAGE_DONE = 3       # granted, failed, or abandoned: never again
-
-
-@cython.freelist(64)
-@cython.final
-cdef class _Request:
-    """What ``acquire``/``update`` return: awaitable once (it joins the queue
-    when first awaited), and an async context manager that releases the
-    permit on exit."""
-
-    cdef AsyncSemaphore _sem
-    cdef SemaphorePermit _permit   # the permit to update; None for acquire
-    cdef int64_t _n
-    cdef object _timeout
-    cdef object _is_cancelled
-    cdef RequestStage _stage
-    cdef bint _anon                # `async with sem:`: the semaphore holds it
-    cdef _Waiter _waiter
-    cdef SemaphorePermit _result
+                 else "queued" if self._stage == STAGE_WAITING else "not queued")
+        return f"<pylimiter request permits={self._n} {state}>"
 
     def __await__(self):
         if self._stage != STAGE_CREATED:
@@ -664,9 +688,9 @@ cdef class _Request:
         self._stop_waiting()
 
     cdef _stop_waiting(self):
-        if self._stage == STAGE_WAITING and self._waiter is not None:
+        if self._stage == STAGE_WAITING:
             self._stage = STAGE_DONE
-            self._sem._abandon(self._waiter, False, False)
+            self._sem._abandon(self, False, False)
         else:
             self._stage = STAGE_DONE
 
@@ -680,13 +704,12 @@ cdef class _Request:
 
     cdef object _advance(self, int *status):
         cdef AsyncSemaphore sem = self._sem
-        cdef _Waiter w
         cdef double t
         if self._stage <= STAGE_AWAITED:
             # STAGE_CREATED too: asyncio sees send/throw/close and drives the
             # request as a coroutine (create_task, gather) without __await__.
             self._stage = STAGE_WAITING
-            if self._permit is None and self._is_cancelled is None:
+            if self._permit is None and self.check is None:
                 # plim_try_acquire: no waiter, no lock, no clock.
                 if plim_try_acquire(&sem._sem, self._n) == PLIM_OK:
                     sem._acquired_total += 1
@@ -694,41 +717,37 @@ cdef class _Request:
                     self._stage = STAGE_DONE
                     status[0] = PLIM_STEP_RETURN
                     return self._granted(_new_permit(sem, self._n))
-            r = sem._begin(self._permit, self._n, self._timeout, self._is_cancelled,
-                           False)
+            r = sem._begin(self, self._permit, self._n, self._timeout, self.check)
+            if r is self:
+                if self._timeout is not None:
+                    t = self._timeout
+                    if t > _MAX_TIMEOUT_S:
+                        t = _MAX_TIMEOUT_S
+                    self.deadline_ns = self.enqueued_ns + <int64_t>(t * 1e9)
+                    self.ls.add_deadline(self)
+                self.blocking_flag = True
+                return self
+            self._stage = STAGE_DONE
             if type(r) is SemaphorePermit:
-                self._stage = STAGE_DONE
                 status[0] = PLIM_STEP_RETURN
                 return self._granted(<SemaphorePermit>r)
-            if type(r) is not _Waiter:
-                self._stage = STAGE_DONE
-                status[0] = PLIM_STEP_RAISE
-                return r
-            w = <_Waiter>r
-            self._waiter = w
-            if self._timeout is not None:
-                t = self._timeout
-                if t > _MAX_TIMEOUT_S:
-                    t = _MAX_TIMEOUT_S
-                w.deadline_ns = w.enqueued_ns + <int64_t>(t * 1e9)
-                w.ls.add_deadline(w)
-            w._asyncio_future_blocking = True
-            return w
+            status[0] = PLIM_STEP_RAISE
+            return r
         if self._stage == STAGE_WAITING:
-            w = self._waiter
-            if not w.posted:
-                w._asyncio_future_blocking = True
-                return w
+            if not self.posted:
+                self.blocking_flag = True
+                return self
             self._stage = STAGE_DONE
-            if w.node.state == PLIM_W_GRANTED:
-                p = w.permit
-                w.permit = None   # a stale deadline entry must not keep it alive
+            if self.node.state == PLIM_W_GRANTED:
+                p = self.permit
+                self.permit = None   # a stale deadline entry must not keep it
                 status[0] = PLIM_STEP_RETURN
                 return self._granted(p)
             status[0] = PLIM_STEP_RAISE
-            if w.node.state == PLIM_W_REMOVED:
+            if self.node.state == PLIM_W_REMOVED:
                 return PermitAcquireTimeoutError(_MSG_TIMED_OUT)
-            return contract.left_queue_error(w.node.state, w.node.total, w.limit, w.cause)
+            return contract.left_queue_error(self.node.state, self.node.total, self.limit,
+                                             self.cause)
         raise RuntimeError("pylimiter: cannot reuse an already awaited request")
 
     def __aenter__(self):
@@ -754,7 +773,7 @@ cdef inline _Request _new_request(AsyncSemaphore sem, SemaphorePermit permit, in
     r._permit = permit
     r._n = n
     r._timeout = timeout
-    r._is_cancelled = is_cancelled
+    r.check = is_cancelled
     return r
 
 
@@ -1037,11 +1056,11 @@ cdef class AsyncSemaphore:
         """Record what left the queue in a batch: plain C, no Python code, so
         nothing can observe a granted waiter whose permit is not updated."""
         cdef plim_waiter_t *node = b.done_head
-        cdef _Waiter w
+        cdef _Node w
         cdef int64_t now = 0
         cdef double wait
         while node != NULL:
-            w = <_Waiter>_waiter_ptr(node)
+            w = <_Node>_waiter_ptr(node)
             if not w.applied:
                 w.applied = True
                 if w.ls is not None:
@@ -1065,11 +1084,11 @@ cdef class AsyncSemaphore:
     cdef _settle(self, plim_batch_t *b):
         """Apply a batch, answer pending checks with no lock held, then wake
         every waiter that left the queue."""
-        cdef _Waiter w
+        cdef _Node w
         cdef plim_waiter_t *node
         self._apply(b)
         while b.check != NULL:
-            w = <_Waiter>_waiter_ptr(b.check)   # our reference keeps it alive
+            w = <_Node>_waiter_ptr(b.check)   # our reference keeps it alive
             cancelled, cause = contract.ask_cancelled(w.check)
             if cancelled:
                 w.cause = cause
@@ -1077,15 +1096,15 @@ cdef class AsyncSemaphore:
             self._apply(b)
         node = plim_batch_pop(b)
         while node != NULL:
-            w = <_Waiter>_waiter_ptr(node)
+            w = <_Node>_waiter_ptr(node)
             Py_DECREF(w)   # the queue's reference; `w` holds one now
             if w.blocking:
-                PyThread_release_lock(w.lock)
+                PyThread_release_lock((<_BlockingWaiter>w).lock)
             else:
-                self._post(w)
+                self._post(<_Request>w)
             node = plim_batch_pop(b)
 
-    cdef _post(self, _Waiter w):
+    cdef _post(self, _Request w):
         """Append w to its loop's wake batch; start the batch if it is the
         first."""
         cdef _LoopState ls
@@ -1116,9 +1135,9 @@ cdef class AsyncSemaphore:
         ls.batch = None
         if batch is not None:
             for w in batch:
-                self._revert(<_Waiter>w)
+                self._revert(<_Request>w)
 
-    cdef _give_back(self, _Waiter w):
+    cdef _give_back(self, _Node w):
         """Return a grant that its requester will never take."""
         cdef plim_batch_t b
         if w.reverted:
@@ -1130,11 +1149,11 @@ cdef class AsyncSemaphore:
         if b.done_head != NULL or b.check != NULL:
             self._settle(&b)
 
-    cdef _revert(self, _Waiter w):
+    cdef _revert(self, _Node w):
         if w.node.state == PLIM_W_GRANTED:
             self._give_back(w)
 
-    cdef _abandon(self, _Waiter w, bint timed_out, bint post):
+    cdef _abandon(self, _Node w, bint timed_out, bint post):
         """The requester stops waiting (timeout, task cancel, interrupt).
         A queued request leaves the queue (``post``: and is woken first); a
         grant that raced with a cancel goes back; a grant that raced with a
@@ -1152,13 +1171,13 @@ cdef class AsyncSemaphore:
                 self._cancelled_total += 1
             Py_DECREF(w)   # the queue's reference; the caller still holds one
             if post:
-                self._post(w)
+                self._post(<_Request>w)
             self._settle(&b)
         elif w.node.state == PLIM_W_GRANTED and not timed_out and not w.reverted:
             self._cancelled_total += 1
             self._give_back(w)
 
-    cdef _cancel_waiter(self, _Waiter w, object msg):
+    cdef _cancel_waiter(self, _Request w, object msg):
         if w.posted:
             return False
         self._abandon(w, False, False)
@@ -1170,7 +1189,7 @@ cdef class AsyncSemaphore:
     cdef _expire(self, list expired):
         """The loop's timer: these waiters' deadlines have passed."""
         for w in expired:
-            self._abandon(<_Waiter>w, True, True)
+            self._abandon(<_Request>w, True, True)
 
     cdef _LoopState _loop_state(self, object loop):
         cdef _LoopState ls = self._ls
@@ -1183,15 +1202,15 @@ cdef class AsyncSemaphore:
         self._ls = ls
         return ls
 
-    cdef object _begin(self, SemaphorePermit permit, int64_t n, object timeout,
-                       object is_cancelled, bint blocking):
+    cdef object _begin(self, _Node w, SemaphorePermit permit, int64_t n, object timeout,
+                       object is_cancelled):
         """Shared start of every acquire/update: returns the permit when done
-        at once, a queued _Waiter, or the exception of an immediate failure
-        (to be raised once, by the caller)."""
+        at once, w itself once queued (a _Request for asyncio, a
+        _BlockingWaiter for a thread), or the exception of an immediate
+        failure (to be raised once, by the caller)."""
         cdef plim_batch_t b
         cdef int64_t cur, need
         cdef int rc
-        cdef _Waiter w
         cancelled = False
         cause = None
         if is_cancelled is not None and self._bounded:
@@ -1231,22 +1250,21 @@ cdef class AsyncSemaphore:
             self._timeout_total += 1
             return contract.timeout_zero_error()
         loop = None
-        if not blocking:
+        if w.blocking:
+            if (<_BlockingWaiter>w).lock == NULL:
+                (<_BlockingWaiter>w).lock = _take_lock()
+        else:
             loop = _get_running_loop()
             if loop is None:
                 return contract.no_loop_error()
-        w = _Waiter.__new__(_Waiter)
         w.permit = permit
         w.check = is_cancelled
         plim_waiter_init(&w.node, is_cancelled is not None)
-        if blocking:
-            w.blocking = True
-            w.lock = _take_lock()
         w.enqueued_ns = plim_monotonic_ns()
         rc = plim_enqueue(&self._sem, &w.node, need, n)
         if rc == PLIM_QUEUED:
             Py_INCREF(w)   # held by the queue until the waiter leaves it
-            if not blocking:
+            if loop is not None:
                 # Safe after the enqueue: the GIL keeps every other thread
                 # out of Python (and so away from w) until we return.
                 w.ls = self._loop_state(loop)
@@ -1268,25 +1286,18 @@ cdef class AsyncSemaphore:
             return contract.too_large_error(n, plim_max(&self._sem))
         return contract.overflow_error()
 
-    cdef SemaphorePermit _finish_blocking(self, _Waiter w):
-        cdef SemaphorePermit p
-        if w.node.state == PLIM_W_GRANTED:
-            p = w.permit
-            return p
-        raise contract.left_queue_error(w.node.state, w.node.total, w.limit, w.cause)
-
     cdef object _run_blocking(self, SemaphorePermit permit, int64_t n, object timeout,
                               object is_cancelled):
-        cdef _Waiter w
+        cdef _BlockingWaiter w = _BlockingWaiter.__new__(_BlockingWaiter)
         cdef int rc
         cdef PY_TIMEOUT_T us
         cdef int64_t deadline = 0
-        r = self._begin(permit, n, timeout, is_cancelled, True)
-        if type(r) is SemaphorePermit:
-            return r
-        if type(r) is not _Waiter:
+        w.blocking = True
+        r = self._begin(w, permit, n, timeout, is_cancelled)
+        if r is not w:
+            if type(r) is SemaphorePermit:
+                return r
             raise r
-        w = <_Waiter>r
         if timeout is None:
             us = -1
         else:
@@ -1314,7 +1325,9 @@ cdef class AsyncSemaphore:
                 with nogil:
                     PyThread_acquire_lock_timed(w.lock, -1, 0)
             break
-        return self._finish_blocking(w)
+        if w.node.state == PLIM_W_GRANTED:
+            return w.permit
+        raise contract.left_queue_error(w.node.state, w.node.total, w.limit, w.cause)
 
 
 class AsyncDualMemoryLimiter(DualMemoryLimiterBase):

@@ -143,8 +143,8 @@ class _Waiter:
 
     For asyncio it is also what the waiting task parks on: the part of the
     Future protocol asyncio.Task uses (``_asyncio_future_blocking``,
-    ``get_loop``, ``add_done_callback``, ``result``, ``cancel``).  It is
-    "done" once its outcome is decided and it is in (or past) a wake batch.
+    ``_loop``, ``add_done_callback``, ``result``, ``cancel``).  It is "done"
+    once its outcome is decided and it is in (or past) a wake batch.
     """
 
     __slots__ = (
@@ -192,8 +192,10 @@ class _Waiter:
 
     # ---- the Future protocol, as far as asyncio.Task uses it ----------
 
-    def get_loop(self) -> asyncio.AbstractEventLoop:
-        """The event loop the waiting task runs on."""
+    @property
+    def _loop(self) -> asyncio.AbstractEventLoop:
+        """The event loop the waiting task runs on (asyncio's fallback for
+        get_loop(); the C twin allocates nothing to answer it)."""
         assert self.ls is not None
         return self.ls.loop
 

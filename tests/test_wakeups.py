@@ -48,12 +48,29 @@ def test_task_parks_on_the_waiter_not_a_future(make_sem, arun):
         await settle()
         waiter = t._fut_waiter
         assert waiter is not None and not isinstance(waiter, asyncio.Future)
-        assert waiter.get_loop() is asyncio.get_running_loop()
+        assert waiter._loop is asyncio.get_running_loop()
         assert not waiter.done() and not waiter.cancelled()
         sem.release(held)
         assert waiter.done()
         p = await t
         sem.release(p)
+
+    arun(main())
+
+
+def test_a_request_is_not_mistaken_for_a_future(make_sem, arun):
+    # ensure_future, gather and wait_for must wrap a request in a Task.
+    sem = make_sem(1)
+
+    async def main():
+        r = sem.acquire(1)
+        assert not asyncio.isfuture(r)
+        t = asyncio.ensure_future(r)
+        assert isinstance(t, asyncio.Task)
+        p = await t
+        q = (await asyncio.gather(asyncio.wait_for(sem.acquire(0), 5)))[0]
+        sem.release(p)
+        sem.release(q)
 
     arun(main())
 
