@@ -116,6 +116,7 @@ cdef extern from "_plim_binding.h":
                               Py_ssize_t sem_offset,
                               void (*leaked)(PyObject *, int64_t) noexcept,
                               PyObject *request_type, Py_ssize_t result_offset) except -1
+    void plim_leak_check(PyObject *permit_type, int on)
 
 cdef extern from "Python.h":
     ctypedef long long PY_TIMEOUT_T
@@ -1364,3 +1365,9 @@ cdef _install_deallocs():
 
 
 _install_deallocs()
+
+
+def _leak_check(bint on):
+    """Switch the leaked-permit check on or off (it is on; off only to
+    measure what it costs, in one process)."""
+    plim_leak_check(<PyObject *>SemaphorePermit, on)

@@ -255,6 +255,15 @@ static int plim_install_deallocs(PyObject *permit_type, Py_ssize_t count_offset,
     return 0;
 }
 
+/* plim_leak_check switches the permit's hook on or off (the hook's cost is
+ * measured against its absence in one process: benchmarks only). */
+static void plim_leak_check(PyObject *permit_type, int on)
+{
+    PyTypeObject *pt = (PyTypeObject *)permit_type;
+    pt->tp_dealloc = on ? plim_permit_dealloc : plim_permit_base_dealloc;
+    PyType_Modified(pt);
+}
+
 static int plim_set_slots(PyObject *type, iternextfunc next, sendfunc send)
 {
     PyTypeObject *tp = (PyTypeObject *)type;
