@@ -27,6 +27,19 @@ async def _drain():
     await asyncio.get_running_loop().shutdown_asyncgens()
 
 
+async def settle(n=5):
+    """Let the loop run a few rounds (queued requests join, wakes land)."""
+    for _ in range(n):
+        await asyncio.sleep(0)
+
+
+def release_all(sem, live_permits):
+    """Check the books with these permits held, then give them all back."""
+    check_invariant(sem, live_permits)
+    for p in live_permits:
+        sem.release(p)
+
+
 def check_invariant(sem, live_permits):
     """acquired_permits == sum of live permits; available == max - acquired."""
     gc.collect()

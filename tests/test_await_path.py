@@ -6,7 +6,6 @@ held."""
 
 from __future__ import annotations
 
-import asyncio
 import inspect
 import sys
 import traceback

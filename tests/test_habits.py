@@ -13,13 +13,7 @@ import warnings
 import pytest
 
 from pylimiter import LimitType, PermitAcquireAlreadyClosedError
-from tests._helpers import check_invariant
-
-
-async def settle(n=5):
-    for _ in range(n):
-        await asyncio.sleep(0)
-
+from tests._helpers import check_invariant, release_all, settle
 
 # ---- async with sem, acquire(), locked() ------------------------------------
 
@@ -151,8 +145,7 @@ def test_contended_acquire_outside_asyncio_names_what_is_supported(make_sem):
     with pytest.raises(RuntimeError, match=r"asyncio or uvloop.*acquire_blocking.*trio"):
         next(it)                            # contended, no running asyncio loop
     assert sem.queue_size == 0
-    check_invariant(sem, [p])
-    sem.release(p)
+    release_all(sem, [p])
 
 
 def test_trio_contended_acquire_gets_the_clear_error(make_sem):

@@ -10,14 +10,10 @@ import threading
 import pytest
 
 from pylimiter import PermitAcquireError
-from tests._helpers import check_invariant
+from tests._helpers import check_invariant, release_all, settle
 
 UNBOUNDED = 2**63 - 1
 
-
-async def settle(n=5):
-    for _ in range(n):
-        await asyncio.sleep(0)
 
 
 def test_switching_off_grants_every_queued_request(make_sem, arun):
@@ -50,9 +46,7 @@ def test_switching_off_grants_every_queued_request(make_sem, arun):
         assert [p.permits for p in ps] == [4, 2, 1, 3]
         # Unbounded now: anything goes at once.
         big = await sem.acquire(10**12, timeout=0)
-        check_invariant(sem, [held, big, *ps])
-        for p in [held, big, *ps]:
-            sem.release(p)
+        release_all(sem, [held, big, *ps])
         assert sem.acquired_permits == 0
 
     arun(main())
@@ -93,9 +87,7 @@ def test_switching_on_carries_what_is_held(make_sem, arun):
         await sem.update(part, 15)                     # 1 more: 5 free
         p = await asyncio.wait_for(w, 5)
         assert sem.available_permits == 0
-        check_invariant(sem, [part, p])
-        sem.release(part)
-        sem.release(p)
+        release_all(sem, [part, p])
         assert sem.available_permits == 20
 
     arun(main())
@@ -115,8 +107,7 @@ def test_switching_on_fails_queued_requests_larger_than_the_limit(make_sem, arun
         assert sem.queue_size == 1 and sem.available_permits == -5
         sem.release(held)
         p = await small
-        check_invariant(sem, [p])
-        sem.release(p)
+        release_all(sem, [p])
 
     arun(main())
 

@@ -11,8 +11,8 @@ import time
 import pytest
 
 from pylimiter import PermitAcquireAlreadyClosedError, PermitAcquireTimeoutError
-from tests._helpers import check_invariant
-from tests.test_wakeups import CountCalls, settle
+from tests._helpers import check_invariant, release_all, settle
+from tests.test_wakeups import CountCalls
 
 
 def live_timers(loop):
@@ -70,8 +70,7 @@ def test_mixed_timeouts_expire_in_deadline_order(make_sem, arun):
         sem.release(held)
         p = await tasks["d"]
         assert sem.stats().timeout_total == 4
-        check_invariant(sem, [p])
-        sem.release(p)
+        release_all(sem, [p])
 
     arun(main())
 

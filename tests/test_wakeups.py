@@ -11,12 +11,7 @@ import threading
 
 import pytest
 
-from tests._helpers import check_invariant
-
-
-async def settle(n=5):
-    for _ in range(n):
-        await asyncio.sleep(0)
+from tests._helpers import check_invariant, release_all, settle
 
 
 class CountCalls:
@@ -101,9 +96,7 @@ def test_fifo_order_of_wakeups_across_one_batch(make_sem, arun):
             sem.release(p)
         rest = [await t for t in tasks[3:]]
         assert order == list(range(len(sizes)))
-        check_invariant(sem, rest)
-        for p in rest:
-            sem.release(p)
+        release_all(sem, rest)
 
     arun(main())
 
@@ -191,9 +184,7 @@ def test_cancelled_queued_task_leaves_without_touching_others(make_sem, arun):
             await tasks[0]
         sem.release(held)
         ps = await asyncio.gather(*tasks[1:])
-        check_invariant(sem, ps)
-        for p in ps:
-            sem.release(p)
+        release_all(sem, ps)
 
     arun(main())
 
