@@ -1,4 +1,4 @@
-# cython: language_level=3, embedsignature=True
+# cython: language_level=3, embedsignature=True, binding=False
 """C implementation of pylimiter: thin Cython bindings over csrc/.
 
 The core (csrc/plim_sem.c) owns the counter and the FIFO queue; this module
@@ -24,6 +24,9 @@ owns the Python objects and does the waking.  Rules that keep it sound:
   deadline of the loop's queued waiters, re-armed when it fires.
 * A failed request's exception is made once and raised once, by the C step
   function (_plim_binding.h), with no traceback entry of ours.
+* binding=False: methods are plain C methods (as in a hand-written
+  extension), so a call, or `async with`'s lookup of __aenter__/__aexit__,
+  goes through no function-object layer.
 
 The semantics are those of _limiter_py.py, the executable specification,
 which has the same waiters, batches and timers in Python.
@@ -115,7 +118,8 @@ cdef extern from "_plim_binding.h":
     int plim_install_deallocs(PyObject *permit_type, Py_ssize_t count_offset,
                               Py_ssize_t sem_offset,
                               void (*leaked)(PyObject *, int64_t) noexcept,
-                              PyObject *request_type, Py_ssize_t result_offset) except -1
+                              PyObject *request_type, Py_ssize_t result_offset,
+                              Py_ssize_t lock_offset, void (*give_lock)(void *) noexcept) except -1
     void plim_leak_check(PyObject *permit_type, int on)
 
 cdef extern from "Python.h":
@@ -199,7 +203,7 @@ cdef PyThread_type_lock _take_lock() except NULL:
     return lock
 
 
-cdef void _give_lock(PyThread_type_lock lock) noexcept:
+cdef void _give_lock(void *lock) noexcept:
     global _lock_count
     # Held again whatever happened (a no-op when it is, as it should be).
     PyThread_acquire_lock(lock, 0)
@@ -227,7 +231,7 @@ cdef class SemaphorePermit:
 
     cdef AsyncSemaphore _sem
     cdef int64_t _permits
-    cdef _Node _pending
+    cdef _Request _pending
     cdef object __weakref__
 
     def __init__(self, *args, **kwargs):
@@ -276,45 +280,13 @@ cdef inline object _call_in(object ctx, object fn, object arg):
         PyContext_Exit(ctx)
 
 
-cdef class _Node:
-    """One request as the core and the wake-up code see it: the
-    plim_waiter_t node plus its outcome.  A blocking wait queues a
-    _BlockingWaiter; an asyncio request queues itself (_Request), so a
-    parked task costs one object, not a request and a waiter."""
-
-    cdef plim_waiter_t node
-    cdef SemaphorePermit permit       # filled by the grant
-    cdef object check                 # is_cancelled, or None
-    cdef object cause
-    cdef int64_t limit
-    cdef int64_t enqueued_ns
-    cdef _LoopState ls                # None for a blocking waiter
-    cdef bint blocking
-    cdef bint applied
-    cdef bint reverted
-    cdef bint posted                  # asyncio: in (or past) a wake batch
-
-
-@cython.freelist(64)
-@cython.final
-cdef class _BlockingWaiter(_Node):
-    """A queued acquire_blocking/update_blocking: woken through its lock."""
-
-    cdef PyThread_type_lock lock
-
-    def __dealloc__(self):
-        if self.lock != NULL:
-            _give_lock(self.lock)
-            self.lock = NULL
-
-
-# Byte offset of `node` inside a _Node (the same in both subclasses), to get
-# from a core node back to its object (the intrusive-list container_of).
+# Byte offset of `node` inside a _Request, to get from a core node back to
+# its object (the intrusive-list container_of).
 cdef Py_ssize_t _NODE_OFFSET
 
 
 cdef Py_ssize_t _node_offset():
-    cdef _Node probe = _Node.__new__(_Node)
+    cdef _Request probe = _Request.__new__(_Request)
     return <char *>&probe.node - <char *><PyObject *>probe
 
 
@@ -524,44 +496,59 @@ cdef enum RequestStage:
 
 @cython.freelist(256)
 @cython.final
-cdef class _Request(_Node):
+cdef class _Request:
     """What ``acquire``/``update`` return: awaitable once (it joins the queue
     when first awaited), and an async context manager that releases the
     permit on exit.
 
-    Queued, it is its own waiter, and what the waiting task parks on: the
-    part of the Future protocol asyncio.Task uses
+    Queued, it is its own waiter (the plim_waiter_t node is embedded), so a
+    parked task costs one object.  For asyncio it is also what the waiting
+    task parks on: the part of the Future protocol asyncio.Task uses
     (``_asyncio_future_blocking``, ``_loop``, ``add_done_callback``,
-    ``result``, ``cancel``).  It is "done" once its outcome is decided and
-    it is in (or past) a wake batch.
+    ``result``, ``cancel``); it is "done" once its outcome is decided and it
+    is in (or past) a wake batch.  A blocking wait queues a bare _Request
+    too (``blocking``), woken through its pooled lock.
     """
 
+    cdef plim_waiter_t node
+    cdef SemaphorePermit permit    # to update, or (acquire) made by _begin; the result
+    cdef object check              # is_cancelled, or None
+    cdef object cause              # check's exception, or the task's cancel message
+    cdef _LoopState ls             # asyncio: the loop's state; None when blocking
     cdef AsyncSemaphore _sem
-    cdef SemaphorePermit _permit   # the permit to update; None for acquire
-    cdef int64_t _n
     cdef object _timeout
-    cdef RequestStage _stage
-    cdef bint _anon                # `async with sem:`: the semaphore holds it
-    cdef SemaphorePermit _result
-    cdef int64_t deadline_ns
-    cdef bint fired
-    cdef bint is_cancelled
-    cdef object cancel_msg
     cdef object cb                 # the first done-callback and its context
     cdef object ctx
     cdef list more_cbs             # any further (fn, context) pairs
-    cdef object blocking_flag      # _asyncio_future_blocking: None until queued
+    cdef PyThread_type_lock lock   # blocking only (returned by the dealloc hook)
+    cdef int64_t _n
+    cdef int64_t limit
+    cdef int64_t enqueued_ns
+    cdef int64_t deadline_ns
+    cdef RequestStage _stage
+    cdef int fblocking             # _asyncio_future_blocking: 0 None, 1 False, 2 True
+    cdef bint blocking
+    cdef bint applied
+    cdef bint reverted
+    cdef bint posted
+    cdef bint fired
+    cdef bint is_cancelled
+    cdef bint is_update
+    cdef bint ok                   # granted: `permit` is the result
+    cdef bint _anon                # `async with sem:`: the semaphore holds it
 
     @property
     def _asyncio_future_blocking(self):
         """None until the request is queued, so that asyncio.isfuture() is
         false for a request (ensure_future and gather wrap it in a Task);
         True when a task is to park on it."""
-        return self.blocking_flag
+        if self.fblocking == 0:
+            return None
+        return self.fblocking == 2
 
     @_asyncio_future_blocking.setter
     def _asyncio_future_blocking(self, value):
-        self.blocking_flag = value
+        self.fblocking = 2 if value else 1
 
     @property
     def _loop(self):
@@ -607,9 +594,9 @@ cdef class _Request(_Node):
         """None once done (the request itself reads the outcome); raises
         CancelledError if the task cancelled it."""
         if self.is_cancelled:
-            if self.cancel_msg is None:
+            if self.cause is None:
                 raise _CancelledError()
-            raise _CancelledError(self.cancel_msg)
+            raise _CancelledError(self.cause)
         if not self.posted:
             raise _InvalidStateError("Result is not ready.")
         return None
@@ -700,7 +687,8 @@ cdef class _Request(_Node):
             self._sem._anon += p._permits
             p._permits = 0
             return None
-        self._result = p
+        self.permit = p
+        self.ok = True
         return p
 
     cdef object _advance(self, int *status):
@@ -710,7 +698,7 @@ cdef class _Request(_Node):
             # STAGE_CREATED too: asyncio sees send/throw/close and drives the
             # request as a coroutine (create_task, gather) without __await__.
             self._stage = STAGE_WAITING
-            if self._permit is None and self.check is None:
+            if not self.is_update and self.check is None:
                 # plim_try_acquire: no waiter, no lock, no clock.
                 if plim_try_acquire(&sem._sem, self._n) == PLIM_OK:
                     sem._acquired_total += 1
@@ -718,7 +706,7 @@ cdef class _Request(_Node):
                     self._stage = STAGE_DONE
                     status[0] = PLIM_STEP_RETURN
                     return self._granted(_new_permit(sem, self._n))
-            r = sem._begin(self, self._permit, self._n, self._timeout, self.check)
+            r = sem._begin(self, self.permit, self._n, self._timeout, self.check)
             if r is self:
                 if self._timeout is not None:
                     t = self._timeout
@@ -726,7 +714,7 @@ cdef class _Request(_Node):
                         t = _MAX_TIMEOUT_S
                     self.deadline_ns = self.enqueued_ns + <int64_t>(t * 1e9)
                     self.ls.add_deadline(self)
-                self.blocking_flag = True
+                self.fblocking = 2
                 return self
             self._stage = STAGE_DONE
             if type(r) is SemaphorePermit:
@@ -736,14 +724,12 @@ cdef class _Request(_Node):
             return r
         if self._stage == STAGE_WAITING:
             if not self.posted:
-                self.blocking_flag = True
+                self.fblocking = 2
                 return self
             self._stage = STAGE_DONE
             if self.node.state == PLIM_W_GRANTED:
-                p = self.permit
-                self.permit = None   # a stale deadline entry must not keep it
                 status[0] = PLIM_STEP_RETURN
-                return self._granted(p)
+                return self._granted(self.permit)
             status[0] = PLIM_STEP_RAISE
             if self.node.state == PLIM_W_REMOVED:
                 return PermitAcquireTimeoutError(_MSG_TIMED_OUT)
@@ -755,8 +741,8 @@ cdef class _Request(_Node):
         return self
 
     def __aexit__(self, exc_type, exc, tb):
-        if self._result is not None:
-            self._sem._release(self._result)
+        if self.ok:
+            self._sem._release(self.permit)
         return _DONE
 
 
@@ -771,7 +757,9 @@ cdef inline _Request _new_request(AsyncSemaphore sem, SemaphorePermit permit, in
                                   object timeout, object is_cancelled):
     cdef _Request r = _Request.__new__(_Request)
     r._sem = sem
-    r._permit = permit
+    if permit is not None:
+        r.permit = permit
+        r.is_update = True
     r._n = n
     r._timeout = timeout
     r.check = is_cancelled
@@ -1057,11 +1045,11 @@ cdef class AsyncSemaphore:
         """Record what left the queue in a batch: plain C, no Python code, so
         nothing can observe a granted waiter whose permit is not updated."""
         cdef plim_waiter_t *node = b.done_head
-        cdef _Node w
+        cdef _Request w
         cdef int64_t now = 0
         cdef double wait
         while node != NULL:
-            w = <_Node>_waiter_ptr(node)
+            w = <_Request>_waiter_ptr(node)
             if not w.applied:
                 w.applied = True
                 if w.ls is not None:
@@ -1085,11 +1073,11 @@ cdef class AsyncSemaphore:
     cdef _settle(self, plim_batch_t *b):
         """Apply a batch, answer pending checks with no lock held, then wake
         every waiter that left the queue."""
-        cdef _Node w
+        cdef _Request w
         cdef plim_waiter_t *node
         self._apply(b)
         while b.check != NULL:
-            w = <_Node>_waiter_ptr(b.check)   # our reference keeps it alive
+            w = <_Request>_waiter_ptr(b.check)   # our reference keeps it alive
             cancelled, cause = contract.ask_cancelled(w.check)
             if cancelled:
                 w.cause = cause
@@ -1097,12 +1085,12 @@ cdef class AsyncSemaphore:
             self._apply(b)
         node = plim_batch_pop(b)
         while node != NULL:
-            w = <_Node>_waiter_ptr(node)
+            w = <_Request>_waiter_ptr(node)
             Py_DECREF(w)   # the queue's reference; `w` holds one now
             if w.blocking:
-                PyThread_release_lock((<_BlockingWaiter>w).lock)
+                PyThread_release_lock(w.lock)
             else:
-                self._post(<_Request>w)
+                self._post(w)
             node = plim_batch_pop(b)
 
     cdef _post(self, _Request w):
@@ -1138,7 +1126,7 @@ cdef class AsyncSemaphore:
             for w in batch:
                 self._revert(<_Request>w)
 
-    cdef _give_back(self, _Node w):
+    cdef _give_back(self, _Request w):
         """Return a grant that its requester will never take."""
         cdef plim_batch_t b
         if w.reverted:
@@ -1150,11 +1138,11 @@ cdef class AsyncSemaphore:
         if b.done_head != NULL or b.check != NULL:
             self._settle(&b)
 
-    cdef _revert(self, _Node w):
+    cdef _revert(self, _Request w):
         if w.node.state == PLIM_W_GRANTED:
             self._give_back(w)
 
-    cdef _abandon(self, _Node w, bint timed_out, bint post):
+    cdef _abandon(self, _Request w, bint timed_out, bint post):
         """The requester stops waiting (timeout, task cancel, interrupt).
         A queued request leaves the queue (``post``: and is woken first); a
         grant that raced with a cancel goes back; a grant that raced with a
@@ -1172,7 +1160,7 @@ cdef class AsyncSemaphore:
                 self._cancelled_total += 1
             Py_DECREF(w)   # the queue's reference; the caller still holds one
             if post:
-                self._post(<_Request>w)
+                self._post(w)
             self._settle(&b)
         elif w.node.state == PLIM_W_GRANTED and not timed_out and not w.reverted:
             self._cancelled_total += 1
@@ -1183,7 +1171,7 @@ cdef class AsyncSemaphore:
             return False
         self._abandon(w, False, False)
         w.is_cancelled = True
-        w.cancel_msg = msg
+        w.cause = msg
         self._post(w)
         return True
 
@@ -1203,12 +1191,12 @@ cdef class AsyncSemaphore:
         self._ls = ls
         return ls
 
-    cdef object _begin(self, _Node w, SemaphorePermit permit, int64_t n, object timeout,
+    cdef object _begin(self, _Request w, SemaphorePermit permit, int64_t n, object timeout,
                        object is_cancelled):
         """Shared start of every acquire/update: returns the permit when done
-        at once, w itself once queued (a _Request for asyncio, a
-        _BlockingWaiter for a thread), or the exception of an immediate
-        failure (to be raised once, by the caller)."""
+        at once, w itself once queued (the asyncio request, or a blocking
+        thread's), or the exception of an immediate failure (to be raised
+        once, by the caller)."""
         cdef plim_batch_t b
         cdef int64_t cur, need
         cdef int rc
@@ -1252,8 +1240,8 @@ cdef class AsyncSemaphore:
             return contract.timeout_zero_error()
         loop = None
         if w.blocking:
-            if (<_BlockingWaiter>w).lock == NULL:
-                (<_BlockingWaiter>w).lock = _take_lock()
+            if w.lock == NULL:
+                w.lock = _take_lock()
         else:
             loop = _get_running_loop()
             if loop is None:
@@ -1289,7 +1277,7 @@ cdef class AsyncSemaphore:
 
     cdef object _run_blocking(self, SemaphorePermit permit, int64_t n, object timeout,
                               object is_cancelled):
-        cdef _BlockingWaiter w = _BlockingWaiter.__new__(_BlockingWaiter)
+        cdef _Request w = _Request.__new__(_Request)
         cdef int rc
         cdef PY_TIMEOUT_T us
         cdef int64_t deadline = 0
@@ -1356,12 +1344,13 @@ cdef _install_deallocs():
     cdef AsyncSemaphore probe_sem = AsyncSemaphore(1)
     cdef SemaphorePermit probe = _new_permit(probe_sem, 0)
     cdef _Request req = _new_request(probe_sem, None, 0, None, None)
-    req._result = probe
+    req.permit = probe
     plim_install_deallocs(<PyObject *>SemaphorePermit,
                           <char *>&probe._permits - <char *><PyObject *>probe,
                           _offset_of(probe, probe_sem), _warn_leaked,
-                          <PyObject *>_Request, _offset_of(req, probe))
-    req._result = None
+                          <PyObject *>_Request, _offset_of(req, probe),
+                          <char *>&req.lock - <char *><PyObject *>req, _give_lock)
+    req.permit = None
 
 
 _install_deallocs()

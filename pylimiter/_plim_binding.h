@@ -196,8 +196,8 @@ static PySendResult plim_done_am_send(PyObject *self, PyObject *arg, PyObject **
 
 /* ---- deallocation hooks ----------------------------------------------------
  * Installed over Cython's tp_dealloc of the permit and the request, so that
- * the common case adds one test and no call: a Cython __dealloc__ would save
- * and restore the error indicator and call out on every deallocation. */
+ * the common case adds a test or two and no call: a Cython __dealloc__ would
+ * save and restore the error indicator and call out on every deallocation. */
 
 static destructor plim_permit_base_dealloc = NULL;
 static Py_ssize_t plim_permit_count_offset = 0;  /* int64_t permits held */
@@ -226,20 +226,28 @@ static void plim_permit_dealloc(PyObject *o)
 }
 
 static destructor plim_request_base_dealloc = NULL;
-static Py_ssize_t plim_request_result_offset = 0; /* PyObject *result permit */
+static Py_ssize_t plim_request_result_offset = 0; /* its permit: the result, once granted */
+static Py_ssize_t plim_request_lock_offset = 0;   /* a blocking wait's lock */
+static void (*plim_give_lock)(void *lock) = NULL; /* back to the binding's pool */
 
 static void plim_request_dealloc(PyObject *o)
 {
     PyObject *result = *(PyObject **)((char *)o + plim_request_result_offset);
+    void **lock = (void **)((char *)o + plim_request_lock_offset);
     if (result != NULL && result != Py_None)
         plim_stop_forget(result);   /* runs no Python code */
+    if (*lock != NULL) {
+        plim_give_lock(*lock);      /* neither */
+        *lock = NULL;
+    }
     plim_request_base_dealloc(o);
 }
 
 static int plim_install_deallocs(PyObject *permit_type, Py_ssize_t count_offset,
                                  Py_ssize_t sem_offset,
                                  void (*leaked)(PyObject *, int64_t),
-                                 PyObject *request_type, Py_ssize_t result_offset)
+                                 PyObject *request_type, Py_ssize_t result_offset,
+                                 Py_ssize_t lock_offset, void (*give_lock)(void *))
 {
     PyTypeObject *pt = (PyTypeObject *)permit_type, *rt = (PyTypeObject *)request_type;
     plim_permit_base_dealloc = pt->tp_dealloc;
@@ -250,6 +258,8 @@ static int plim_install_deallocs(PyObject *permit_type, Py_ssize_t count_offset,
     PyType_Modified(pt);
     plim_request_base_dealloc = rt->tp_dealloc;
     plim_request_result_offset = result_offset;
+    plim_request_lock_offset = lock_offset;
+    plim_give_lock = give_lock;
     rt->tp_dealloc = plim_request_dealloc;
     PyType_Modified(rt);
     return 0;
