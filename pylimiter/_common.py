@@ -15,7 +15,8 @@ import math
 import warnings
 from collections.abc import Callable, Generator, Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from ._errors import (
     PermitAcquireAlreadyClosedError,
@@ -162,6 +163,38 @@ class _Done:
 
 #: The one completed awaitable (stateless, shared).
 DONE = _Done()
+
+_P = TypeVar("_P")
+
+
+class ReleasingRequest(Generic[_P]):
+    """The async-context-manager half of a request: ``async with request as
+    permit`` awaits the request, and the exit releases the permit.  Neither
+    step creates a coroutine (the exit returns DONE).  Subclasses set
+    ``_result`` when granted and define ``_release_result``."""
+
+    __slots__ = ()
+
+    _result: _P | None
+
+    def _release_result(self, permit: _P) -> None:
+        raise NotImplementedError
+
+    if TYPE_CHECKING:
+        # What `async with` sees.
+        async def __aenter__(self) -> _P: ...
+
+        async def __aexit__(self, exc_type: type[BaseException] | None,
+                            exc: BaseException | None,
+                            tb: TracebackType | None) -> None: ...
+    else:
+        def __aenter__(self):
+            return self
+
+        def __aexit__(self, exc_type, exc, tb):
+            if self._result is not None:
+                self._release_result(self._result)
+            return DONE
 
 
 def closed_error() -> PermitAcquireAlreadyClosedError:

@@ -7,10 +7,9 @@ each implementation module binds ``_semaphore_class`` to its own.
 from __future__ import annotations
 
 from collections.abc import Callable, Generator
-from types import TracebackType
 from typing import TYPE_CHECKING, Any, Optional
 
-from ._common import DONE, TIMEOUT_NOT_GIVEN, LimitType, SemaphoreStats
+from ._common import TIMEOUT_NOT_GIVEN, LimitType, ReleasingRequest, SemaphoreStats
 
 if TYPE_CHECKING:
     from ._limiter_py import AsyncSemaphore, SemaphorePermit, _Request
@@ -63,7 +62,7 @@ class DualMemoryPermit:
                 f"permits={self._permit.permits}>")
 
 
-class _DualRequest:
+class _DualRequest(ReleasingRequest[DualMemoryPermit]):
     """Awaitable (once) and async context manager around a semaphore request."""
 
     __slots__ = ("_inner", "_limit_type", "_limiter", "_result", "_wrapper")
@@ -84,21 +83,8 @@ class _DualRequest:
         self._result = self._wrapper
         return self._wrapper
 
-    if TYPE_CHECKING:
-        # What `async with` sees; at run time neither creates a coroutine.
-        async def __aenter__(self) -> DualMemoryPermit: ...
-
-        async def __aexit__(self, exc_type: type[BaseException] | None,
-                            exc: BaseException | None,
-                            tb: TracebackType | None) -> None: ...
-    else:
-        def __aenter__(self):
-            return self
-
-        def __aexit__(self, exc_type, exc, tb):
-            if self._result is not None:
-                self._limiter.release(self._result)
-            return DONE
+    def _release_result(self, permit: DualMemoryPermit) -> None:
+        self._limiter.release(permit)
 
 
 class DualMemoryLimiterBase:

@@ -49,6 +49,7 @@ from ._common import (
     W_TOO_LARGE,
     WAIT_BUCKETS,
     LimitType,
+    ReleasingRequest,
     SemaphoreStats,
     ask_cancelled,
     bucket_index,
@@ -396,7 +397,7 @@ def _deadline_of(w: _Waiter) -> float:
     return w.deadline
 
 
-class _Request:
+class _Request(ReleasingRequest[SemaphorePermit]):
     """What ``acquire``/``update`` return: awaitable once (it joins the queue
     when first awaited), and an async context manager that releases the
     permit on exit."""
@@ -451,21 +452,8 @@ class _Request:
         self._result = p
         return p
 
-    if TYPE_CHECKING:
-        # What `async with` sees; at run time neither creates a coroutine.
-        async def __aenter__(self) -> SemaphorePermit: ...
-
-        async def __aexit__(self, exc_type: type[BaseException] | None,
-                            exc: BaseException | None,
-                            tb: TracebackType | None) -> None: ...
-    else:
-        def __aenter__(self):
-            return self
-
-        def __aexit__(self, exc_type, exc, tb):
-            if self._result is not None:
-                self._sem.release(self._result)
-            return DONE
+    def _release_result(self, permit: SemaphorePermit) -> None:
+        self._sem.release(permit)
 
 
 def _new_request(sem: AsyncSemaphore, permit: SemaphorePermit | None, n: int,
@@ -600,16 +588,7 @@ class AsyncSemaphore:
             check_is_cancelled(is_cancelled)
         if self._closed:
             raise closed_error()
-        # _new_request, inline: this is the uncontended path.
-        r: _Request = _new(_Request)
-        r._sem = self
-        r._permit = None
-        r._n = permits
-        r._timeout = timeout
-        r._is_cancelled = is_cancelled
-        r._stage = 0
-        r._result = None
-        return r
+        return _new_request(self, None, permits, timeout, is_cancelled)
 
     def update(self, permit: SemaphorePermit, new_permits: int, *,
                timeout: float | None = TIMEOUT_NOT_GIVEN,
