@@ -38,6 +38,7 @@ from libc.stdint cimport int64_t, uint64_t
 
 import asyncio as _asyncio
 import heapq as _heapq
+import sys
 
 # The contract shared with the pure twin: checks, messages and error
 # constructors, called on argument and error paths only.
@@ -139,6 +140,7 @@ cdef extern from "pythread.h":
     int PyThread_acquire_lock_timed(PyThread_type_lock lock, PY_TIMEOUT_T us,
                                     int intr_flag) nogil
     void PyThread_release_lock(PyThread_type_lock lock) nogil
+    unsigned long PyThread_get_thread_ident()
     enum:
         PY_LOCK_FAILURE
         PY_LOCK_ACQUIRED
@@ -157,6 +159,14 @@ assert contract.MAX_ACQUIRED == PLIM_MAX_ACQUIRED
 cdef object TIMEOUT_NOT_GIVEN = contract.TIMEOUT_NOT_GIVEN
 # asyncio's C accelerated lookup: the loop running in this thread, or None.
 cdef object _get_running_loop = _asyncio.events._get_running_loop
+# On 3.10/3.11 that lookup makes a getpid() system call (0.5-0.7 us on a
+# VM), once per parked task and per wake batch.  For asyncio's own loops a
+# loop state can answer "is my loop the one running in this thread?" from
+# BaseEventLoop._thread_id, which run_forever() sets to the running thread
+# and clears on exit (and no other loop can run in that thread meanwhile).
+# 3.12+ keeps the running loop in the thread state: no system call, no need.
+cdef bint _LOOKUP_IS_SLOW = sys.version_info < (3, 12)
+cdef object _BaseEventLoop = _asyncio.BaseEventLoop
 cdef object _CancelledError = _asyncio.CancelledError
 cdef object _InvalidStateError = _asyncio.InvalidStateError
 cdef object _heappush = _heapq.heappush
@@ -327,6 +337,7 @@ cdef class _LoopState:
     cdef int64_t seq
     cdef object run_cb
     cdef object timer_cb
+    cdef bint knows_thread        # `loop` is an asyncio BaseEventLoop (3.10/3.11)
 
     def __cinit__(self, AsyncSemaphore sem, loop):
         self.sem = sem
@@ -335,12 +346,20 @@ cdef class _LoopState:
         self.late = []
         self.run_cb = self.run
         self.timer_cb = self.on_timer
+        self.knows_thread = _LOOKUP_IS_SLOW and isinstance(loop, _BaseEventLoop)
+
+    cdef bint running_here(self) except -1:
+        """True when this state's loop is the one running in this thread."""
+        if self.knows_thread:
+            tid = self.loop._thread_id
+            return tid is not None and <unsigned long>tid == PyThread_get_thread_ident()
+        return _get_running_loop() is self.loop
 
     cdef schedule(self):
         """A batch was just started: run it soon on the loop."""
         loop = self.loop
         try:
-            if _get_running_loop() is loop:
+            if self.running_here():
                 loop.call_soon(self.run_cb)
             else:
                 loop.call_soon_threadsafe(self.run_cb)
@@ -416,6 +435,7 @@ cdef class _LoopState:
         if expired:
             self.sem._expire(expired)
         self.prune()
+        dl = self.dl   # prune may have started a fresh list
         if self.dl_head < len(dl):
             d = (<_Request>dl[self.dl_head]).deadline_ns
             if late and late[0][0] < d:
@@ -623,9 +643,6 @@ cdef class _Request:
         if more is not None:
             for fn, c in more:
                 _call_in(c, fn, self)
-
-
-
 
     def __repr__(self):
         state = ("cancelled" if self.is_cancelled else "done" if self.posted
@@ -1119,12 +1136,14 @@ cdef class AsyncSemaphore:
             ls.batch[:0] = rest
 
     cdef _drop_batch(self, _LoopState ls):
-        """The batch's loop is closed: give back grants nobody will take."""
+        """The batch's loop is closed: give back grants nobody will take,
+        and forget the loop if nothing of it is left."""
         batch = ls.batch
         ls.batch = None
         if batch is not None:
             for w in batch:
                 self._revert(<_Request>w)
+        ls.tidy()
 
     cdef _give_back(self, _Request w):
         """Return a grant that its requester will never take."""
@@ -1242,6 +1261,8 @@ cdef class AsyncSemaphore:
         if w.blocking:
             if w.lock == NULL:
                 w.lock = _take_lock()
+        elif self._ls is not None and self._ls.knows_thread and self._ls.running_here():
+            loop = self._ls.loop   # the common case, without a system call
         else:
             loop = _get_running_loop()
             if loop is None:

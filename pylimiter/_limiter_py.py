@@ -868,12 +868,14 @@ class AsyncSemaphore:
             ls.schedule()
 
     def _drop_batch(self, ls: _LoopState) -> None:
-        """The batch's loop is closed: give back grants nobody will take."""
+        """The batch's loop is closed: give back grants nobody will take,
+        and forget the loop if nothing of it is left."""
         with self._lock:
             batch = ls.batch or []
             ls.batch = None
         for w in batch:
             self._revert(w)
+        ls.tidy()
 
     def _revert(self, w: _Waiter) -> None:
         """Give back a grant that its requester will never take."""

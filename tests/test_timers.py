@@ -126,6 +126,26 @@ def test_idle_semaphore_keeps_no_timer(make_sem):
     asyncio.run(main())
 
 
+def test_no_timer_left_when_only_untimed_waiters_remain(make_sem):
+    sem = make_sem(1, timeout=None)
+
+    async def main():
+        loop = asyncio.get_running_loop()
+        held = await sem.acquire(1)
+        timed = asyncio.ensure_future(sem.acquire(1, timeout=0.02))
+        untimed = asyncio.ensure_future(sem.acquire(1))
+        await settle()
+        assert len(live_timers(loop)) == 1
+        with pytest.raises(PermitAcquireTimeoutError):
+            await timed
+        await settle()
+        assert sem.queue_size == 1 and live_timers(loop) == []
+        sem.release(held)
+        sem.release(await untimed)
+
+    asyncio.run(main())
+
+
 def test_close_with_a_pending_timer(make_sem, arun):
     sem = make_sem(1, timeout=0.2)
 
