@@ -5,6 +5,8 @@ Needs mypy (the `test` dependency group)."""
 
 from __future__ import annotations
 
+import contextlib
+import io
 import os
 import re
 from pathlib import Path
@@ -23,23 +25,28 @@ TWIN = ["__init__.py", "_common.py", "_compat.py", "_dual.py", "_errors.py",
         "_limiter_py.py"]
 
 
-def mypy(tmp_path: Path, *targets: Path) -> tuple[int, list[str]]:
-    env = dict(os.environ)
+@contextlib.contextmanager
+def sources_on_mypy_path():
+    """In a checkout (editable install), point mypy at the sources, whose
+    py.typed and .pyi it then reads as an installed package's."""
+    old = os.environ.get("MYPYPATH")
     root = PACKAGE.parent
     if "site-packages" not in root.parts:
-        # A checkout (editable install): point mypy at the sources, whose
-        # py.typed and .pyi it then reads as an installed package's.
-        env["MYPYPATH"] = str(root)
-    old = os.environ.copy()
-    os.environ.clear()
-    os.environ.update(env)
+        os.environ["MYPYPATH"] = str(root)
     try:
+        yield
+    finally:
+        if old is None:
+            os.environ.pop("MYPYPATH", None)
+        else:
+            os.environ["MYPYPATH"] = old
+
+
+def mypy(tmp_path: Path, *targets: Path) -> tuple[int, list[str]]:
+    with sources_on_mypy_path():
         out, err, status = api.run([
             "--strict", "--no-error-summary", "--cache-dir", str(tmp_path / "cache"),
             "--python-version", "3.10", *map(str, targets)])
-    finally:
-        os.environ.clear()
-        os.environ.update(old)
     assert not err, err
     return status, [line for line in out.splitlines() if ": error:" in line]
 
@@ -72,3 +79,19 @@ def test_pure_twin_is_strictly_typed(tmp_path):
         pytest.skip("sources not available")
     status, errors = mypy(tmp_path, *(PACKAGE / f for f in TWIN))
     assert status == 0 and errors == []
+
+
+@pytest.mark.c_extension
+def test_compiled_stub_matches_the_module(tmp_path):
+    """mypy's stubtest: every name and signature of _limiter_c.pyi exists at
+    run time with the same shape (the stub cannot drift from the module)."""
+    stubtest = pytest.importorskip("mypy.stubtest")
+    args = ["pylimiter._limiter_c", "--mypy-config-file", os.devnull]
+    try:   # PEP 800 markers would need a newer typing_extensions than users have
+        options = stubtest.parse_options([*args, "--ignore-disjoint-bases"])
+    except SystemExit:   # a stubtest from before PEP 800
+        options = stubtest.parse_options(args)
+    out = io.StringIO()
+    with sources_on_mypy_path(), contextlib.redirect_stdout(out):
+        status = stubtest.test_stubs(options)
+    assert status == 0, out.getvalue()
