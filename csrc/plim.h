@@ -28,8 +28,10 @@ extern "C" {
 /* The largest max_permits and the largest single request.  Requests and
  * limits are bounded so that the counter word below can never overflow. */
 #define PLIM_MAX_PERMITS ((((int64_t)1) << 60) - 1)
-/* The most an unbounded semaphore can have handed out at once. */
-#define PLIM_MAX_ACQUIRED (((int64_t)1 << 61) - 1)
+/* The most that can be held at once, bounded or not.  Equal to
+ * PLIM_MAX_PERMITS so that switching an unbounded semaphore that holds the
+ * most to a limit of 1 still fits the counter (see plim_sem.c). */
+#define PLIM_MAX_ACQUIRED PLIM_MAX_PERMITS
 
 /* Status codes returned by the calls below. */
 typedef enum plim_status {
@@ -39,7 +41,8 @@ typedef enum plim_status {
     PLIM_QUEUED = 3,   /* enqueue: the waiter is now in the queue */
     PLIM_FULL = 4,     /* enqueue: the queue is at max_queue */
     PLIM_OVERFLOW = 5, /* unbounded semaphore: more than PLIM_MAX_ACQUIRED held */
-    PLIM_GONE = 6      /* cancel: the waiter had already left the queue */
+    PLIM_GONE = 6,     /* cancel: the waiter had already left the queue */
+    PLIM_TOO_LARGE = 7 /* enqueue: the request's total exceeds max_permits */
 } plim_status_t;
 
 /* Where a waiter stands.  A waiter leaves PLIM_W_QUEUED exactly once, under
@@ -49,7 +52,7 @@ typedef enum plim_wstate {
     PLIM_W_QUEUED = 1,    /* linked in the queue */
     PLIM_W_GRANTED = 2,   /* got `need` permits (recorded in `granted`) */
     PLIM_W_CLOSED = 3,    /* failed: the semaphore was closed */
-    PLIM_W_TOO_LARGE = 4, /* failed: set_max lowered the limit below `total` */
+    PLIM_W_TOO_LARGE = 4, /* failed: set_max set a limit below `total` */
     PLIM_W_CANCELLED = 5, /* failed: its check said cancelled (plim_resume) */
     PLIM_W_REMOVED = 6    /* removed by its owner (plim_cancel: timeout, task cancel) */
 } plim_wstate_t;
@@ -84,11 +87,11 @@ typedef struct plim_batch {
 
 /* plim_sem_t.  See plim_sem.c for the counter word layout and the rules. */
 typedef struct plim_sem {
-    _Atomic uint64_t word;      /* available permits and flags; lock-free */
-    _Atomic int64_t max;        /* configured limit (<= 0: unbounded) */
+    _Atomic uint64_t word;      /* available permits, mode and flags; lock-free */
+    _Atomic int64_t max;        /* configured limit (<= 0: unbounded); written
+                                   under mu, before the word changes mode */
     _Atomic int64_t qlen;       /* queue length; written under mu only */
     int64_t max_queue;          /* <= 0: unbounded queue. Locking: mu */
-    int unbounded;              /* fixed at init */
     plim_mutex_t mu;            /* guards the queue and every slow path */
     plim_waiter_t *head;        /* FIFO queue. Locking: mu */
     plim_waiter_t *tail;        /* Locking: mu */
@@ -112,14 +115,21 @@ plim_waiter_t *plim_batch_pop(plim_batch_t *b);
 void plim_waiter_init(plim_waiter_t *w, int has_check);
 
 /* plim_available returns max - acquired for a bounded semaphore (negative
- * after the limit was lowered below what is held) and -acquired for an
+ * after the limit was set below what is held) and -acquired for an
  * unbounded one.  A snapshot: it may be stale by the time it returns. */
 int64_t plim_available(plim_sem_t *sem);
 
-/* plim_acquired returns the permits currently held (granted, not released). */
+/* plim_acquired returns the permits currently held (granted, not released).
+ * A consistent snapshot unless set_max runs concurrently and the counter
+ * word returns to the very same value meanwhile. */
 int64_t plim_acquired(plim_sem_t *sem);
 
+/* plim_max returns the limit last set (<= 0: unbounded). */
 int64_t plim_max(plim_sem_t *sem);
+
+/* plim_bounded tells whether the semaphore has a limit now. */
+int plim_bounded(plim_sem_t *sem);
+
 int64_t plim_queue_len(plim_sem_t *sem);
 int plim_closed(plim_sem_t *sem);
 
@@ -138,8 +148,10 @@ int plim_release(plim_sem_t *sem, int64_t n, plim_batch_t *b);
 /* plim_enqueue asks for w->need more permits (w->total: the size the
  * request holds in the end).  If nobody queues and they fit, takes them and
  * returns PLIM_OK with w GRANTED.  Else links w at the tail and returns
- * PLIM_QUEUED, or fails with PLIM_CLOSED / PLIM_FULL / PLIM_OVERFLOW
- * leaving w IDLE.  The caller must have checked w's cancellation already. */
+ * PLIM_QUEUED, or fails with PLIM_CLOSED / PLIM_FULL / PLIM_OVERFLOW /
+ * PLIM_TOO_LARGE (bounded and total > max: the limit was lowered since the
+ * caller checked it) leaving w IDLE.  The caller must have checked w's
+ * cancellation already. */
 int plim_enqueue(plim_sem_t *sem, plim_waiter_t *w, int64_t need, int64_t total);
 
 /* plim_cancel removes w from the queue (timeout, task cancellation) and
@@ -165,10 +177,14 @@ int plim_release_growing(plim_sem_t *sem, int64_t n, plim_waiter_t *w, plim_batc
  * with PLIM_W_CLOSED, into b.  Returns PLIM_OK. */
 int plim_close(plim_sem_t *sem, plim_batch_t *b);
 
-/* plim_set_max changes the limit of a bounded semaphore to max (> 0).
- * Queued waiters whose total exceeds max fail with PLIM_W_TOO_LARGE; the
- * others that now fit are granted, into b.  Returns PLIM_OK, or -1 for an
- * unbounded semaphore or a max out of (0, PLIM_MAX_PERMITS]. */
+/* plim_set_max sets the limit, on any semaphore, live.  max > 0 bounds it
+ * (an unbounded one too): what is held carries over, so available may go
+ * negative; queued waiters whose total exceeds max fail with
+ * PLIM_W_TOO_LARGE and the others that now fit are granted, into b.
+ * max <= 0 makes it unbounded: every queued waiter is granted at once (no
+ * checks asked), except any that would take more than PLIM_MAX_ACQUIRED
+ * outstanding, which wait for releases.  Returns PLIM_OK, or -1 for
+ * max > PLIM_MAX_PERMITS (nothing changed). */
 int plim_set_max(plim_sem_t *sem, int64_t max, plim_batch_t *b);
 
 #ifdef __cplusplus

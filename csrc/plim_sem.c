@@ -7,18 +7,24 @@
  * compare-and-swap both checks and changes everything the fast paths look
  * at:
  *
- *     bit 0        WORD_QUEUED   the wait queue is non-empty
- *     bit 1        WORD_CLOSED   close() was called (never cleared)
- *     bits 2..63   avail + BIAS, unsigned
+ *     bit 0        WORD_QUEUED     the wait queue is non-empty
+ *     bit 1        WORD_CLOSED     close() was called (never cleared)
+ *     bit 2        WORD_UNBOUNDED  no limit now (set_max may switch it, live)
+ *     bits 3..63   avail + BIAS, unsigned
  *
- * avail is max - acquired for a bounded semaphore and -acquired for an
- * unbounded one.  It is signed: lowering the limit below what is held makes
- * it negative.  BIAS (2^61) keeps the field non-negative, so adding or
- * taking n permits is plain unsigned arithmetic on the word (n << 2) with
- * no sign or shift pitfalls, and the flag bits are never disturbed: limits
- * and requests are capped at PLIM_MAX_PERMITS (2^60 - 1) and an unbounded
- * semaphore at PLIM_MAX_ACQUIRED outstanding, so avail stays inside
- * [-2^61, 2^61).
+ * avail is max - acquired while bounded and -acquired while unbounded.  It
+ * is signed: setting the limit below what is held makes it negative.  BIAS
+ * (2^60) keeps the field non-negative, so adding or taking n permits is
+ * plain unsigned arithmetic on the word (n << 3) with no sign or shift
+ * pitfalls, and the flag bits are never disturbed: limits and requests are
+ * capped at PLIM_MAX_PERMITS (2^60 - 1) and what is held at
+ * PLIM_MAX_ACQUIRED (the same), so avail stays inside [-2^60, 2^60) in both
+ * modes and across a switch (1 - PLIM_MAX_ACQUIRED at the lowest).
+ *
+ * The mode is a bit of the word, not a field beside it, so that every
+ * lock-free decision (fits? barges? overflows?) is taken against the mode
+ * that the same CAS validates: a fast acquire that read "unbounded" cannot
+ * succeed after a switch to bounded, because the switch changed the word.
  *
  * Invariants.
  *   I1  QUEUED is set  <=>  the queue is non-empty.  Both change only under
@@ -32,6 +38,10 @@
  *   I4  The head is granted as soon as avail >= head->need, by whoever
  *       changed avail or the queue under mu (release, cancel, resume,
  *       set_max).  So a released permit never sits idle while the head fits.
+ *   I5  Unbounded, the queue holds only waiters that would take more than
+ *       PLIM_MAX_ACQUIRED outstanding (possible only right after a switch
+ *       from bounded); every other request is granted at once, checks and
+ *       FIFO position notwithstanding, since nothing is being rationed.
  *
  * Fairness.  Strict FIFO.  A head that does not fit blocks everyone behind
  * it, even requests that would fit.  Scenario: 10 permits, 9 held; a request
@@ -44,6 +54,13 @@
  * whose has_check is set and reports it in batch->check; the caller answers
  * through plim_resume() with no lock held.  Calling out under mu would let a
  * callback block or re-enter while every other slow path waits on mu.
+ *
+ * Switching (set_max).  Under mu, one CAS moves avail by the difference of
+ * the two limits (an unbounded one counts as 0) and flips WORD_UNBOUNDED;
+ * max is stored before it, so a reader that sees the new word sees the new
+ * max.  Then the queue is processed in the new mode: bounded, requests
+ * larger than the limit fail and the rest are granted as they fit;
+ * unbounded, everyone is granted (I5).
  *
  * Memory orders.  Permits act like a lock on what they guard, so taking
  * permits is an acquire and giving them back is a release: a holder sees
@@ -69,7 +86,7 @@
  *
  * Locking rules.
  *   - mu guards head/tail, every waiter's fields while it is queued,
- *     max_queue, and the QUEUED bit transitions.
+ *     max_queue, max, and the QUEUED and UNBOUNDED bit transitions.
  *   - mu is a leaf lock: nothing here calls out while holding it, and the
  *     caller must not call into the same semaphore from inside a batch walk
  *     that it does while holding its own locks (it holds none of ours).
@@ -85,8 +102,9 @@
  * PLIM_W_* states in plim.h are a waiter's, unrelated. */
 #define WORD_QUEUED ((uint64_t)1)       /* bit 0: the queue is non-empty (I1) */
 #define WORD_CLOSED ((uint64_t)2)       /* bit 1: close() was called */
-#define WORD_SHIFT 2                    /* avail + WORD_BIAS sits above the flags */
-#define WORD_BIAS ((int64_t)1 << 61)    /* keeps the avail field non-negative */
+#define WORD_UNBOUNDED ((uint64_t)4)    /* bit 2: no limit now */
+#define WORD_SHIFT 3                    /* avail + WORD_BIAS sits above the flags */
+#define WORD_BIAS ((int64_t)1 << 60)    /* keeps the avail field non-negative */
 
 PLIM_INLINE int64_t word_avail(uint64_t w)
 {
@@ -105,12 +123,21 @@ PLIM_INLINE uint64_t word_make(int64_t avail, uint64_t flags)
     return (((uint64_t)(avail + WORD_BIAS)) << WORD_SHIFT) | flags;
 }
 
+/* word_overflows tells whether taking n more in unbounded mode would hold
+ * more than PLIM_MAX_ACQUIRED. */
+PLIM_INLINE int word_overflows(uint64_t w, int64_t n)
+{
+    return word_avail(w) - n < -PLIM_MAX_ACQUIRED;
+}
+
 int plim_sem_init(plim_sem_t *sem, int64_t max_permits, int64_t max_queue)
 {
     if (max_permits > PLIM_MAX_PERMITS)
         return -1;
-    sem->unbounded = max_permits <= 0;
-    atomic_init(&sem->word, word_make(sem->unbounded ? 0 : max_permits, 0));
+    if (max_permits > 0)
+        atomic_init(&sem->word, word_make(max_permits, 0));
+    else
+        atomic_init(&sem->word, word_make(0, WORD_UNBOUNDED));
     atomic_init(&sem->max, max_permits);
     atomic_init(&sem->qlen, 0);
     sem->max_queue = max_queue;
@@ -166,14 +193,29 @@ int64_t plim_max(plim_sem_t *sem)
     return atomic_load_explicit(&sem->max, memory_order_relaxed);
 }
 
+int plim_bounded(plim_sem_t *sem)
+{
+    /* relaxed: a snapshot; callers that act on the mode recheck it in
+     * their CAS. */
+    return (atomic_load_explicit(&sem->word, memory_order_relaxed) & WORD_UNBOUNDED) == 0;
+}
+
 int64_t plim_acquired(plim_sem_t *sem)
 {
-    int64_t avail = plim_available(sem);
-    if (sem->unbounded)
-        return -avail;
-    /* Two loads: during a concurrent set_max the pair may straddle it, so
-     * this is exact only when nobody changes the limit meanwhile. */
-    return plim_max(sem) - avail;
+    uint64_t w, again;
+    int64_t max;
+    do {
+        /* acquire: pairs with set_max's switch CAS, so a word of the new
+         * mode comes with the new max (stored before it). */
+        w = atomic_load_explicit(&sem->word, memory_order_acquire);
+        /* relaxed: ordered by the acquire load above. */
+        max = atomic_load_explicit(&sem->max, memory_order_relaxed);
+        /* relaxed: only compared, to retry when a switch ran between. */
+        again = atomic_load_explicit(&sem->word, memory_order_relaxed);
+    } while (w != again);
+    if (w & WORD_UNBOUNDED)
+        return -word_avail(w);
+    return max - word_avail(w);
 }
 
 int64_t plim_queue_len(plim_sem_t *sem)
@@ -199,8 +241,8 @@ int plim_try_acquire(plim_sem_t *sem, int64_t n)
             return PLIM_CLOSED;
         if (n == 0)
             return PLIM_OK; /* takes nothing, so it cannot overtake anyone */
-        if (sem->unbounded) {
-            if (word_avail(cur) - n < -PLIM_MAX_ACQUIRED)
+        if (cur & WORD_UNBOUNDED) {
+            if (word_overflows(cur, n))
                 return PLIM_OVERFLOW;
         } else if ((cur & WORD_QUEUED) || word_avail(cur) < n) {
             /* QUEUED: others were first; taking now would barge (I3). */
@@ -230,19 +272,23 @@ static void leave_locked(plim_sem_t *sem, plim_waiter_t *w, int state, plim_batc
 
 /* process_locked grants queue heads while they fit (I4), stopping at a head
  * that carries a check unless it is `checked`, whose answer the caller just
- * gave.  Clears QUEUED when the queue empties (I1).  Requires mu. */
+ * gave; unbounded, it grants without asking (I5).  Clears QUEUED when the
+ * queue empties (I1).  Requires mu. */
 static void process_locked(plim_sem_t *sem, plim_waiter_t *checked, plim_batch_t *b)
 {
     plim_waiter_t *h;
     while ((h = sem->head) != NULL) {
-        if (h->has_check && h != checked) {
-            b->check = h;
-            return; /* QUEUED stays set: h is still queued */
-        }
-        if (!sem->unbounded) {
-            /* relaxed: under mu with QUEUED set nobody else changes avail
-             * (I2); the taking RMW below is the acquire. */
-            uint64_t cur = atomic_load_explicit(&sem->word, memory_order_relaxed);
+        /* relaxed: under mu with QUEUED set nobody else changes avail or
+         * the mode (I2); the taking RMW below is the acquire. */
+        uint64_t cur = atomic_load_explicit(&sem->word, memory_order_relaxed);
+        if (cur & WORD_UNBOUNDED) {
+            if (word_overflows(cur, h->need))
+                break;
+        } else {
+            if (h->has_check && h != checked) {
+                b->check = h;
+                return; /* QUEUED stays set: h is still queued */
+            }
             if (word_avail(cur) < h->need)
                 break;
         }
@@ -302,13 +348,18 @@ int plim_enqueue(plim_sem_t *sem, plim_waiter_t *w, int64_t need, int64_t total)
             return PLIM_CLOSED;
         }
         int fits;
-        if (sem->unbounded) {
-            if (word_avail(cur) - need < -PLIM_MAX_ACQUIRED) {
+        if (cur & WORD_UNBOUNDED) {
+            if (word_overflows(cur, need)) {
                 plim_mutex_unlock(&sem->mu);
                 return PLIM_OVERFLOW;
             }
             fits = 1;
         } else {
+            /* relaxed: max is written under mu, which we hold. */
+            if (total > atomic_load_explicit(&sem->max, memory_order_relaxed)) {
+                plim_mutex_unlock(&sem->mu);
+                return PLIM_TOO_LARGE;
+            }
             fits = !(cur & WORD_QUEUED) && word_avail(cur) >= need;
         }
         if (fits) {
@@ -414,20 +465,32 @@ int plim_close(plim_sem_t *sem, plim_batch_t *b)
 int plim_set_max(plim_sem_t *sem, int64_t max, plim_batch_t *b)
 {
     b->check = NULL;
-    if (sem->unbounded || max <= 0 || max > PLIM_MAX_PERMITS)
+    if (max > PLIM_MAX_PERMITS)
         return -1;
     plim_mutex_lock(&sem->mu);
-    int64_t old = atomic_load(&sem->max);
+    /* relaxed: only a guess for the CAS, which validates it. */
+    uint64_t cur = atomic_load_explicit(&sem->word, memory_order_relaxed);
+    int64_t old_limit = (cur & WORD_UNBOUNDED) ? 0 : atomic_load(&sem->max);
+    int64_t new_limit = max > 0 ? max : 0;
+    uint64_t mode = max > 0 ? 0 : WORD_UNBOUNDED;
+    /* Before the word: a reader that sees the new mode sees this max. */
     atomic_store(&sem->max, max);
-    atomic_fetch_add(&sem->word, word_units(max - old));
-    /* Requests that can never fit under the new limit fail now rather than
-     * block the queue forever. */
-    plim_waiter_t *h = sem->head;
-    while (h != NULL) {
-        plim_waiter_t *next = h->next;
-        if (h->total > max)
-            leave_locked(sem, h, PLIM_W_TOO_LARGE, b);
-        h = next;
+    /* One CAS moves avail and the mode together: a lock-free acquire either
+     * decided on the old word (and its CAS fails now) or sees both new. */
+    while (!atomic_compare_exchange_weak(
+        &sem->word, &cur,
+        ((cur + word_units(new_limit - old_limit)) & ~WORD_UNBOUNDED) | mode)) {
+    }
+    if (max > 0) {
+        /* Requests that can never fit under the new limit fail now rather
+         * than block the queue forever. */
+        plim_waiter_t *h = sem->head;
+        while (h != NULL) {
+            plim_waiter_t *next = h->next;
+            if (h->total > max)
+                leave_locked(sem, h, PLIM_W_TOO_LARGE, b);
+            h = next;
+        }
     }
     process_locked(sem, NULL, b);
     plim_mutex_unlock(&sem->mu);

@@ -12,7 +12,11 @@ from __future__ import annotations
 
 import enum
 import math
+import warnings
+from collections.abc import Callable, Generator, Iterable
 from dataclasses import dataclass
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from ._errors import (
     PermitAcquireAlreadyClosedError,
@@ -24,8 +28,10 @@ from ._errors import (
 #: The largest max_permits and the largest single request (the C core's
 #: PLIM_MAX_PERMITS); bigger values would overflow its 62-bit counter field.
 MAX_PERMITS = (1 << 60) - 1
-#: What an unbounded semaphore can have handed out at once (PLIM_MAX_ACQUIRED).
-MAX_ACQUIRED = (1 << 61) - 1
+#: The most that can be held at once, bounded or not (PLIM_MAX_ACQUIRED):
+#: MAX_PERMITS, so that an unbounded semaphore holding the most can still be
+#: switched to a limit of 1 inside the core's counter.
+MAX_ACQUIRED = MAX_PERMITS
 #: available_permits of an unbounded semaphore.
 UNBOUNDED_AVAILABLE = 2**63 - 1
 
@@ -82,7 +88,8 @@ class SemaphoreStats:
     wait_seconds_buckets: tuple[tuple[float, int], ...]
 
 
-def cumulative_buckets(counts) -> tuple[tuple[float, int], ...]:
+def cumulative_buckets(counts: Iterable[int]) -> tuple[tuple[float, int], ...]:
+    """Per-bucket counts -> Prometheus-style cumulative (bound, count) pairs."""
     out = []
     running = 0
     for bound, n in zip(WAIT_BUCKETS, counts):
@@ -117,25 +124,112 @@ MSG_UPDATE_IN_PROGRESS = "pylimiter: permit already has an update in progress"
 MSG_FOREIGN_PERMIT = "pylimiter: the permit belongs to another semaphore"
 MSG_NOT_A_PERMIT = "pylimiter: expected a SemaphorePermit, not {}"
 MSG_TOO_LARGE = "Requested permits={} is larger than max_permits={}"
+MSG_NO_LOOP = (
+    "pylimiter: a request that has to wait needs a running asyncio event loop "
+    "(asyncio or uvloop); from a thread use acquire_blocking(); other event "
+    "loops (trio, curio) are not supported"
+)
+MSG_LEAKED = (
+    "pylimiter: a permit of {!r} holding {} permit(s) was garbage-collected "
+    "without release(); they stay taken"
+)
+MSG_ANON_EXIT = "pylimiter: 'async with semaphore' exited more often than it entered"
+
+
+def warn_leaked_permit(sem: object, permits: int) -> None:
+    """The ResourceWarning for a permit collected while it still holds
+    permits (the pure twin's SemaphorePermit.__del__; the C twin raises the
+    same text from its deallocator)."""
+    warnings.warn(MSG_LEAKED.format(sem, permits), ResourceWarning, stacklevel=2)
+
+
+class _Done:
+    """An awaitable that is already complete (with None): what ``__aexit__``
+    returns when the exit only releases, so no coroutine is created."""
+
+    __slots__ = ()
+
+    if TYPE_CHECKING:
+        def __await__(self) -> Generator[Any, Any, None]: ...
+    else:
+        def __await__(self):
+            # An exhausted iterator: `await` returns None without raising
+            # or allocating a StopIteration.
+            return iter(())
+
+    def __repr__(self) -> str:
+        return "<pylimiter completed awaitable>"
+
+
+#: The one completed awaitable (stateless, shared).
+DONE = _Done()
+
+_P = TypeVar("_P")
+
+
+class ReleasingRequest(Generic[_P]):
+    """The async-context-manager half of a request: ``async with request as
+    permit`` awaits the request, and the exit releases the permit.  Neither
+    step creates a coroutine (the exit returns DONE).  Subclasses set
+    ``_result`` when granted and define ``_release_result``."""
+
+    __slots__ = ()
+
+    _result: _P | None
+
+    def _release_result(self, permit: _P) -> None:
+        raise NotImplementedError
+
+    if TYPE_CHECKING:
+        # What `async with` sees.
+        async def __aenter__(self) -> _P: ...
+
+        async def __aexit__(self, exc_type: type[BaseException] | None,
+                            exc: BaseException | None,
+                            tb: TracebackType | None) -> None: ...
+    else:
+        def __aenter__(self):
+            return self
+
+        def __aexit__(self, exc_type, exc, tb):
+            if self._result is not None:
+                self._release_result(self._result)
+            return DONE
 
 
 def closed_error() -> PermitAcquireAlreadyClosedError:
+    """The error of an acquire on a closed semaphore."""
     return PermitAcquireAlreadyClosedError(MSG_CLOSED)
 
 
 def overflow_error() -> OverflowError:
+    """The error of a request that would hold more than MAX_ACQUIRED."""
     return OverflowError(MSG_OVERFLOW)
 
 
 def timeout_zero_error() -> PermitAcquireTimeoutError:
+    """The error of a ``timeout=0`` request that would have to queue."""
     return PermitAcquireTimeoutError(MSG_TIMEOUT_ZERO)
 
 
 def queue_full_error(max_queue: int) -> PermitAcquireQueueFullError:
+    """The error of a request that finds the queue at its bound."""
     return PermitAcquireQueueFullError(MSG_QUEUE_FULL.format(max_queue))
 
 
-def cancelled_error(cause) -> PermitAcquireCancelledError:
+def too_large_error(total: int, limit: int) -> ValueError:
+    """The error of a request larger than the limit (at the call, or when the
+    limit was lowered below it while it was queued or not yet awaited)."""
+    return ValueError(MSG_TOO_LARGE.format(total, limit))
+
+
+def no_loop_error() -> RuntimeError:
+    """The error of a request that has to wait outside a running asyncio
+    loop (trio, curio, or a coroutine driven by hand)."""
+    return RuntimeError(MSG_NO_LOOP)
+
+
+def cancelled_error(cause: BaseException | None) -> PermitAcquireCancelledError:
     """As ``raise PermitAcquireCancelledError(...) from cause``: the check's
     own exception (or None) is the cause, the context is suppressed."""
     exc = PermitAcquireCancelledError(MSG_CANCELLED)
@@ -144,20 +238,21 @@ def cancelled_error(cause) -> PermitAcquireCancelledError:
     return exc
 
 
-def left_queue_error(state: int, total: int, limit: int, cause) -> Exception:
+def left_queue_error(state: int, total: int, limit: int,
+                     cause: BaseException | None) -> Exception:
     """left_queue_error is the exception a request raises when it left the
     queue in a final state other than W_GRANTED: closed, too large for a
     lowered limit, cancelled by its check, or timed out (W_REMOVED)."""
     if state == W_CLOSED:
         return PermitAcquireAlreadyClosedError(MSG_CLOSED_WHILE_QUEUED)
     if state == W_TOO_LARGE:
-        return ValueError(MSG_TOO_LARGE.format(total, limit))
+        return too_large_error(total, limit)
     if state == W_CANCELLED:
         return cancelled_error(cause)
     return PermitAcquireTimeoutError(MSG_TIMED_OUT)
 
 
-def permit_error(permit, permit_type: type) -> TypeError:
+def permit_error(permit: object, permit_type: type) -> TypeError:
     """permit_error is the TypeError for a ``permit`` that the caller found
     not to be one of its own: of another type, or of another semaphore."""
     if type(permit) is not permit_type:
@@ -165,7 +260,7 @@ def permit_error(permit, permit_type: type) -> TypeError:
     return TypeError(MSG_FOREIGN_PERMIT)
 
 
-def check_limits(max_permits, max_queue_size) -> tuple[int, int]:
+def check_limits(max_permits: object, max_queue_size: object) -> tuple[int, int]:
     """The constructor's checks: both ints (not bool), max_permits at most
     MAX_PERMITS; returns them as ints."""
     if type(max_permits) is bool or not isinstance(max_permits, int):
@@ -177,21 +272,17 @@ def check_limits(max_permits, max_queue_size) -> tuple[int, int]:
     return int(max_permits), int(max_queue_size)
 
 
-def check_new_max(max_permits, bounded: bool) -> int:
-    """set_max_permits' checks: an int in (0, MAX_PERMITS] on a bounded
-    semaphore."""
+def check_new_max(max_permits: object) -> int:
+    """set_max_permits' checks: any int (not bool) up to MAX_PERMITS; <= 0
+    means unbounded."""
     if type(max_permits) is bool or not isinstance(max_permits, int):
         raise TypeError("pylimiter: max_permits must be an int")
-    if not bounded:
-        raise ValueError("pylimiter: cannot set a limit on an unbounded semaphore")
-    if max_permits <= 0:
-        raise ValueError(f"pylimiter: max_permits must be > 0, got {max_permits}")
     if max_permits > MAX_PERMITS:
         raise ValueError(f"pylimiter: max_permits={max_permits} exceeds {MAX_PERMITS}")
     return int(max_permits)
 
 
-def check_permits(value, max_permits: int, bounded: bool) -> int:
+def check_permits(value: object, max_permits: int, bounded: bool) -> int:
     """Validate a permit count at the call site; return it as an int."""
     if type(value) is bool or not isinstance(value, int):
         raise TypeError(
@@ -201,7 +292,7 @@ def check_permits(value, max_permits: int, bounded: bool) -> int:
     if value < 0:
         raise ValueError(f"Invalid negative permits value: {value}")
     if bounded and value > max_permits:
-        raise ValueError(MSG_TOO_LARGE.format(value, max_permits))
+        raise too_large_error(value, max_permits)
     if value > MAX_PERMITS:
         raise OverflowError(
             f"pylimiter: permits={value} exceeds the maximum of {MAX_PERMITS}"
@@ -209,10 +300,12 @@ def check_permits(value, max_permits: int, bounded: bool) -> int:
     return value
 
 
-TIMEOUT_NOT_GIVEN = object()
+#: The default of every ``timeout`` argument: "use the semaphore's timeout".
+#: Typed Any so that annotated signatures may default to it.
+TIMEOUT_NOT_GIVEN: Any = object()
 
 
-def check_timeout(timeout, default):
+def check_timeout(timeout: object, default: float | None) -> float | None:
     """Resolve the timeout argument: <default> sentinel, None, or seconds >= 0."""
     if timeout is TIMEOUT_NOT_GIVEN:
         return default
@@ -228,7 +321,7 @@ def check_timeout(timeout, default):
     return timeout
 
 
-def ask_cancelled(is_cancelled):
+def ask_cancelled(is_cancelled: Callable[[], object]) -> tuple[bool, BaseException | None]:
     """Evaluate an is_cancelled callable: (cancelled?, exception it raised).
     A check that raises counts as cancelled; the exception becomes the
     __cause__ of the PermitAcquireCancelledError."""
@@ -238,7 +331,8 @@ def ask_cancelled(is_cancelled):
         return True, exc
 
 
-def check_is_cancelled(is_cancelled):
+def check_is_cancelled(is_cancelled: object) -> object:
+    """An is_cancelled argument must be callable or None."""
     if is_cancelled is not None and not callable(is_cancelled):
         raise TypeError("pylimiter: is_cancelled must be callable or None")
     return is_cancelled

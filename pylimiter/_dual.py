@@ -6,9 +6,15 @@ each implementation module binds ``_semaphore_class`` to its own.
 
 from __future__ import annotations
 
-from typing import Optional
+from collections.abc import Callable, Generator
+from typing import TYPE_CHECKING, Any, Optional
 
-from ._common import TIMEOUT_NOT_GIVEN, LimitType, SemaphoreStats
+from ._common import TIMEOUT_NOT_GIVEN, LimitType, ReleasingRequest, SemaphoreStats
+
+if TYPE_CHECKING:
+    from ._limiter_py import AsyncSemaphore, SemaphorePermit, _Request
+
+IsCancelled = Optional[Callable[[], object]]
 
 
 class DualMemoryPermit:
@@ -17,13 +23,18 @@ class DualMemoryPermit:
     ``with`` releases it on exit, like SemaphorePermit.
     """
 
-    __slots__ = ("_limiter", "_permit", "_limit_type")
+    __slots__ = ("_limit_type", "_limiter", "_permit")
 
-    def __init__(self, *args, **kwargs):
+    _limiter: DualMemoryLimiterBase
+    _permit: SemaphorePermit
+    _limit_type: LimitType
+
+    def __init__(self, *args: object, **kwargs: object) -> None:
         raise TypeError("pylimiter: permits are created by a limiter")
 
     @classmethod
-    def _new(cls, limiter, permit, limit_type):
+    def _new(cls, limiter: DualMemoryLimiterBase, permit: SemaphorePermit,
+             limit_type: LimitType) -> DualMemoryPermit:
         self = object.__new__(cls)
         self._limiter = limiter
         self._permit = permit
@@ -40,10 +51,10 @@ class DualMemoryPermit:
         """The pool these bytes come from."""
         return self._limit_type
 
-    def __enter__(self):
+    def __enter__(self) -> DualMemoryPermit:
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> None:
         self._limiter.release(self)
 
     def __repr__(self) -> str:
@@ -51,19 +62,20 @@ class DualMemoryPermit:
                 f"permits={self._permit.permits}>")
 
 
-class _DualRequest:
+class _DualRequest(ReleasingRequest[DualMemoryPermit]):
     """Awaitable (once) and async context manager around a semaphore request."""
 
-    __slots__ = ("_inner", "_limiter", "_limit_type", "_wrapper", "_result")
+    __slots__ = ("_inner", "_limit_type", "_limiter", "_result", "_wrapper")
 
-    def __init__(self, inner, limiter, limit_type, wrapper):
+    def __init__(self, inner: _Request, limiter: DualMemoryLimiterBase,
+                 limit_type: LimitType, wrapper: DualMemoryPermit | None) -> None:
         self._inner = inner
         self._limiter = limiter
         self._limit_type = limit_type
         self._wrapper = wrapper
-        self._result = None
+        self._result: DualMemoryPermit | None = None
 
-    def __await__(self):
+    def __await__(self) -> Generator[Any, None, DualMemoryPermit]:
         permit = yield from self._inner.__await__()
         if self._wrapper is None:
             self._wrapper = DualMemoryPermit._new(self._limiter, permit,
@@ -71,12 +83,8 @@ class _DualRequest:
         self._result = self._wrapper
         return self._wrapper
 
-    async def __aenter__(self):
-        return await self
-
-    async def __aexit__(self, *exc):
-        if self._result is not None:
-            self._limiter.release(self._result)
+    def _release_result(self, permit: DualMemoryPermit) -> None:
+        self._limiter.release(permit)
 
 
 class DualMemoryLimiterBase:
@@ -87,13 +95,13 @@ class DualMemoryLimiterBase:
     ``*_timeout`` (seconds, None: for ever) its default wait.
     """
 
-    _semaphore_class: type
+    _semaphore_class: type[AsyncSemaphore]
 
     def __init__(self, max_heap_bytes: int, max_direct_bytes: int, *,
                  heap_max_queue_size: int = 10000,
                  direct_max_queue_size: int = 10000,
-                 heap_timeout: Optional[float] = 25.0,
-                 direct_timeout: Optional[float] = 25.0):
+                 heap_timeout: float | None = 25.0,
+                 direct_timeout: float | None = 25.0) -> None:
         cls = self._semaphore_class
         self._limiters = {
             LimitType.HEAP_MEMORY: cls(max_heap_bytes, heap_max_queue_size,
@@ -102,7 +110,7 @@ class DualMemoryLimiterBase:
                                          direct_timeout),
         }
 
-    def get_limiter(self, limit_type: LimitType):
+    def get_limiter(self, limit_type: LimitType) -> AsyncSemaphore:
         """The AsyncSemaphore behind one pool."""
         try:
             return self._limiters[limit_type]
@@ -111,7 +119,7 @@ class DualMemoryLimiterBase:
                 f"pylimiter: limit_type must be a LimitType, not {limit_type!r}"
             ) from None
 
-    def _unwrap(self, permit) -> DualMemoryPermit:
+    def _unwrap(self, permit: object) -> DualMemoryPermit:
         if type(permit) is not DualMemoryPermit:
             raise TypeError(
                 f"pylimiter: expected a DualMemoryPermit, not {type(permit).__name__}"
@@ -120,22 +128,25 @@ class DualMemoryLimiterBase:
             raise TypeError("pylimiter: the permit belongs to another limiter")
         return permit
 
-    def acquire(self, size: int, limit_type: LimitType, *, timeout=TIMEOUT_NOT_GIVEN,
-                is_cancelled=None) -> _DualRequest:
+    def acquire(self, size: int, limit_type: LimitType, *,
+                timeout: float | None = TIMEOUT_NOT_GIVEN,
+                is_cancelled: IsCancelled = None) -> _DualRequest:
         """Awaitable of a DualMemoryPermit holding ``size`` bytes of one pool."""
         sem = self.get_limiter(limit_type)
         inner = sem.acquire(size, timeout=timeout, is_cancelled=is_cancelled)
         return _DualRequest(inner, self, limit_type, None)
 
     def acquire_blocking(self, size: int, limit_type: LimitType, *,
-                         timeout=TIMEOUT_NOT_GIVEN, is_cancelled=None) -> DualMemoryPermit:
+                         timeout: float | None = TIMEOUT_NOT_GIVEN,
+                         is_cancelled: IsCancelled = None) -> DualMemoryPermit:
         """Blocking twin of ``acquire``."""
         sem = self.get_limiter(limit_type)
         permit = sem.acquire_blocking(size, timeout=timeout, is_cancelled=is_cancelled)
         return DualMemoryPermit._new(self, permit, limit_type)
 
     def update(self, permit: DualMemoryPermit, new_size: int, *,
-               timeout=TIMEOUT_NOT_GIVEN, is_cancelled=None) -> _DualRequest:
+               timeout: float | None = TIMEOUT_NOT_GIVEN,
+               is_cancelled: IsCancelled = None) -> _DualRequest:
         """Awaitable that resizes ``permit`` in place and returns it."""
         p = self._unwrap(permit)
         sem = self._limiters[p._limit_type]
@@ -144,7 +155,8 @@ class DualMemoryLimiterBase:
         return _DualRequest(inner, self, p._limit_type, p)
 
     def update_blocking(self, permit: DualMemoryPermit, new_size: int, *,
-                        timeout=TIMEOUT_NOT_GIVEN, is_cancelled=None) -> DualMemoryPermit:
+                        timeout: float | None = TIMEOUT_NOT_GIVEN,
+                        is_cancelled: IsCancelled = None) -> DualMemoryPermit:
         """Blocking twin of ``update``."""
         p = self._unwrap(permit)
         self._limiters[p._limit_type].update_blocking(

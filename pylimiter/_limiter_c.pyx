@@ -1,4 +1,4 @@
-# cython: language_level=3, embedsignature=True
+# cython: language_level=3, embedsignature=True, binding=False
 """C implementation of pylimiter: thin Cython bindings over csrc/.
 
 The core (csrc/plim_sem.c) owns the counter and the FIFO queue; this module
@@ -6,17 +6,30 @@ owns the Python objects and does the waking.  Rules that keep it sound:
 
 * Every core call is made holding the GIL, and the core never calls back, so
   a thread holding the core's mutex also holds the GIL: no lock-order cycle
-  between the two, and the mutex is never contended from Python.
+  between the two, and the mutex is never contended from Python.  The module
+  relies on the GIL throughout (it is not declared free-threading
+  compatible, so a free-threaded interpreter keeps the GIL on for it).
 * Right after a core call returns, grants in its batch are applied to the
   permits (_apply) in plain C, before any Python code can run (and so before
   another thread could take the GIL and look at the permit).
 * Each queued waiter holds one reference, taken at enqueue and dropped when
   it leaves the queue (woken from a batch, or removed by its own cancel).
-* Waking happens after the core call: futures on their own loop (directly if
-  we are on the loop's thread, else call_soon_threadsafe, which wakes the
-  loop at once), blocking threads through a per-waiter PyThread lock.
+* Waking happens after the core call.  A blocking thread is woken through
+  its waiter's PyThread lock (from a pool: no allocation per wait).  An
+  asyncio task parks on its request itself (no Future): requests that leave
+  the queue are appended, FIFO, to their loop's wake batch (_LoopState),
+  and one call_soon (call_soon_threadsafe from another thread) runs the
+  whole batch.
+* Timeouts: one timer per semaphore and loop, armed for the earliest
+  deadline of the loop's queued waiters, re-armed when it fires.
+* A failed request's exception is made once and raised once, by the C step
+  function (_plim_binding.h), with no traceback entry of ours.
+* binding=False: methods are plain C methods (as in a hand-written
+  extension), so a call, or `async with`'s lookup of __aenter__/__aexit__,
+  goes through no function-object layer.
 
-The semantics are those of _limiter_py.py, the executable specification.
+The semantics are those of _limiter_py.py, the executable specification,
+which has the same waiters, batches and timers in Python.
 """
 
 cimport cython
@@ -24,12 +37,15 @@ from cpython.ref cimport PyObject, Py_INCREF, Py_DECREF
 from libc.stdint cimport int64_t, uint64_t
 
 import asyncio as _asyncio
+import heapq as _heapq
+import sys
 
 # The contract shared with the pure twin: checks, messages and error
 # constructors, called on argument and error paths only.
 from . import _common as contract
-from ._common import TIMEOUT_NOT_GIVEN, LimitType, SemaphoreStats
+from ._common import LimitType, SemaphoreStats
 from ._dual import DualMemoryLimiterBase, DualMemoryPermit
+from ._errors import PermitAcquireTimeoutError
 
 __all__ = [
     "AsyncSemaphore",
@@ -50,6 +66,7 @@ cdef extern from "plim.h" nogil:
         PLIM_FULL
         PLIM_OVERFLOW
         PLIM_GONE
+        PLIM_TOO_LARGE
     enum:
         PLIM_W_IDLE
         PLIM_W_QUEUED
@@ -91,15 +108,29 @@ cdef extern from "plim.h" nogil:
     int plim_set_max(plim_sem_t *sem, int64_t max, plim_batch_t *b)
 
 cdef extern from "_plim_binding.h":
-    ctypedef PyObject *(*plim_advance_fn)(PyObject *self, int *done)
+    ctypedef PyObject *(*plim_advance_fn)(PyObject *self, int *status)
+    enum:
+        PLIM_STEP_YIELD
+        PLIM_STEP_RETURN
+        PLIM_STEP_RAISE
     int64_t plim_monotonic_ns() nogil
-    int plim_install_am_send(PyObject *tp, plim_advance_fn fn) except -1
+    int plim_install_request(PyObject *tp, plim_advance_fn fn) except -1
+    int plim_install_done(PyObject *tp) except -1
+    int plim_install_deallocs(PyObject *permit_type, Py_ssize_t count_offset,
+                              Py_ssize_t sem_offset,
+                              void (*leaked)(PyObject *, int64_t) noexcept,
+                              PyObject *request_type, Py_ssize_t result_offset,
+                              Py_ssize_t lock_offset, void (*give_lock)(void *) noexcept) except -1
+    void plim_leak_check(PyObject *permit_type, int on)
 
 cdef extern from "Python.h":
     ctypedef long long PY_TIMEOUT_T
     PY_TIMEOUT_T PY_TIMEOUT_MAX
     long long PyLong_AsLongLongAndOverflow(object o, int *overflow) except? -1
     int PyErr_CheckSignals() except -1
+    int PyContext_Enter(object ctx) except -1
+    int PyContext_Exit(object ctx) except -1
+    void PyErr_WriteUnraisable(object obj)
 
 cdef extern from "pythread.h":
     ctypedef void *PyThread_type_lock
@@ -123,11 +154,30 @@ assert (contract.W_IDLE, contract.W_QUEUED, contract.W_GRANTED, contract.W_CLOSE
         contract.W_TOO_LARGE, contract.W_CANCELLED, contract.W_REMOVED) == (
         PLIM_W_IDLE, PLIM_W_QUEUED, PLIM_W_GRANTED, PLIM_W_CLOSED,
         PLIM_W_TOO_LARGE, PLIM_W_CANCELLED, PLIM_W_REMOVED)
+assert contract.MAX_ACQUIRED == PLIM_MAX_ACQUIRED
 
-cdef object _get_running_loop = _asyncio.get_running_loop
+cdef object TIMEOUT_NOT_GIVEN = contract.TIMEOUT_NOT_GIVEN
+# asyncio's C accelerated lookup: the loop running in this thread, or None.
+cdef object _get_running_loop = _asyncio.events._get_running_loop
+# On 3.10/3.11 that lookup makes a getpid() system call (0.5-0.7 us on a
+# VM), once per parked task and per wake batch.  For asyncio's own loops a
+# loop state can answer "is my loop the one running in this thread?" from
+# BaseEventLoop._thread_id, which run_forever() sets to the running thread
+# and clears on exit (and no other loop can run in that thread meanwhile).
+# 3.12+ keeps the running loop in the thread state: no system call, no need.
+cdef bint _LOOKUP_IS_SLOW = sys.version_info < (3, 12)
+cdef object _BaseEventLoop = _asyncio.BaseEventLoop
+cdef object _CancelledError = _asyncio.CancelledError
+cdef object _InvalidStateError = _asyncio.InvalidStateError
+cdef object _heappush = _heapq.heappush
+cdef object _heappop = _heapq.heappop
+cdef object _MSG_TIMED_OUT = contract.MSG_TIMED_OUT
 cdef double[NBUCKETS] _BOUNDS
 for _i, _b in enumerate(contract.WAIT_BUCKETS):
     _BOUNDS[_i] = _b
+
+# Deadlines further out than this (about 31 years) are treated as this far.
+cdef double _MAX_TIMEOUT_S = 1e9
 
 
 cdef inline int _bucket(double seconds) noexcept:
@@ -139,22 +189,59 @@ cdef inline int _bucket(double seconds) noexcept:
 
 
 # --------------------------------------------------------------------------
+# Locks for blocking waits: a pool, so that a wait allocates none.  A lock in
+# the pool is always held; waiting is acquiring it again, waking is releasing
+# it, and the woken thread holds it again when it hands it back.
+# --------------------------------------------------------------------------
+
+cdef enum:
+    LOCK_POOL = 64
+cdef PyThread_type_lock _lock_pool[LOCK_POOL]
+cdef int _lock_count = 0
+
+
+cdef PyThread_type_lock _take_lock() except NULL:
+    global _lock_count
+    cdef PyThread_type_lock lock
+    if _lock_count > 0:
+        _lock_count -= 1
+        return _lock_pool[_lock_count]
+    lock = PyThread_allocate_lock()
+    if lock == NULL:
+        raise MemoryError()
+    PyThread_acquire_lock(lock, 1)
+    return lock
+
+
+cdef void _give_lock(void *lock) noexcept:
+    global _lock_count
+    # Held again whatever happened (a no-op when it is, as it should be).
+    PyThread_acquire_lock(lock, 0)
+    if _lock_count < LOCK_POOL:
+        _lock_pool[_lock_count] = lock
+        _lock_count += 1
+    else:
+        PyThread_free_lock(lock)
+
+
+# --------------------------------------------------------------------------
 # Permits and waiters
 # --------------------------------------------------------------------------
 
-@cython.freelist(64)
+@cython.freelist(256)
 @cython.final
 cdef class SemaphorePermit:
     """Permits held from one AsyncSemaphore.
 
     ``permits`` is what it holds now; ``update`` changes it in place and
     ``release`` sets it to 0.  Used as a context manager (``with``) it is
-    released on exit.
+    released on exit.  A permit garbage-collected while it still holds
+    permits emits a ResourceWarning (the permits stay taken).
     """
 
     cdef AsyncSemaphore _sem
     cdef int64_t _permits
-    cdef _Waiter _pending
+    cdef _Request _pending
     cdef object __weakref__
 
     def __init__(self, *args, **kwargs):
@@ -175,6 +262,16 @@ cdef class SemaphorePermit:
         return f"<SemaphorePermit permits={self._permits}>"
 
 
+cdef void _warn_leaked(PyObject *sem, int64_t n) noexcept:
+    # From the permit's deallocator (plim_permit_dealloc): nothing may
+    # escape, and the dying permit is not handed to the warning machinery
+    # (it could keep a reference); its semaphore names it.
+    try:
+        contract.warn_leaked_permit(<object>sem, n)
+    except BaseException:
+        PyErr_WriteUnraisable(<object>sem)
+
+
 cdef inline SemaphorePermit _new_permit(AsyncSemaphore sem, int64_t n):
     cdef SemaphorePermit p = SemaphorePermit.__new__(SemaphorePermit)
     p._sem = sem
@@ -182,37 +279,24 @@ cdef inline SemaphorePermit _new_permit(AsyncSemaphore sem, int64_t n):
     return p
 
 
-@cython.final
-cdef class _Waiter:
-    """One queued request: the plim_waiter_t node plus how to wake it."""
-
-    cdef plim_waiter_t node
-    cdef SemaphorePermit permit
-    cdef object check
-    cdef object cause
-    cdef int64_t limit
-    cdef int64_t enqueued_ns
-    cdef object loop
-    cdef object fut
-    cdef unsigned long thread_id
-    cdef PyThread_type_lock lock
-    cdef bint blocking
-    cdef bint applied
-    cdef bint reverted
-
-    def __dealloc__(self):
-        if self.lock != NULL:
-            PyThread_free_lock(self.lock)
-            self.lock = NULL
+cdef inline object _call_in(object ctx, object fn, object arg):
+    if ctx is None:
+        fn(arg)
+        return
+    PyContext_Enter(ctx)
+    try:
+        fn(arg)
+    finally:
+        PyContext_Exit(ctx)
 
 
-# Byte offset of `node` inside a _Waiter, to get from a core node back to its
-# object (the intrusive-list container_of).
+# Byte offset of `node` inside a _Request, to get from a core node back to
+# its object (the intrusive-list container_of).
 cdef Py_ssize_t _NODE_OFFSET
 
 
 cdef Py_ssize_t _node_offset():
-    cdef _Waiter probe = _Waiter.__new__(_Waiter)
+    cdef _Request probe = _Request.__new__(_Request)
     return <char *>&probe.node - <char *><PyObject *>probe
 
 
@@ -223,32 +307,347 @@ cdef inline PyObject *_waiter_ptr(plim_waiter_t *n) noexcept:
     return <PyObject *>(<char *>n - _NODE_OFFSET)
 
 
+def _deadline_key(_Request w):
+    return w.deadline_ns
+
+
 # --------------------------------------------------------------------------
-# The awaitable request
+# Per loop: the wake batch and the timeout timer
 # --------------------------------------------------------------------------
+
+@cython.final
+cdef class _LoopState:
+    """What one semaphore keeps per event loop while the loop has waiters:
+    the pending wake batch and the one timeout timer.  Dropped when idle.
+
+    ``batch`` and ``nq`` may change on any thread (under the GIL); the
+    deadlines and the timer only on the loop's own thread (enqueue, timer,
+    batch runner).
+    """
+
+    cdef AsyncSemaphore sem
+    cdef object loop
+    cdef list batch              # None: no runner scheduled
+    cdef Py_ssize_t nq           # queued waiters of this loop
+    cdef object timer
+    cdef int64_t timer_at
+    cdef list dl                 # deadlines in arrival order (non-decreasing)...
+    cdef Py_ssize_t dl_head      # ...consumed from here
+    cdef list late               # heap (deadline, seq, waiter): out-of-order ones
+    cdef int64_t seq
+    cdef object run_cb
+    cdef object timer_cb
+    cdef bint knows_thread        # `loop` is an asyncio BaseEventLoop (3.10/3.11)
+
+    def __cinit__(self, AsyncSemaphore sem, loop):
+        self.sem = sem
+        self.loop = loop
+        self.dl = []
+        self.late = []
+        self.run_cb = self.run
+        self.timer_cb = self.on_timer
+        self.knows_thread = _LOOKUP_IS_SLOW and isinstance(loop, _BaseEventLoop)
+
+    cdef bint running_here(self) except -1:
+        """True when this state's loop is the one running in this thread."""
+        if self.knows_thread:
+            tid = self.loop._thread_id
+            return tid is not None and <unsigned long>tid == PyThread_get_thread_ident()
+        return _get_running_loop() is self.loop
+
+    cdef schedule(self):
+        """A batch was just started: run it soon on the loop."""
+        loop = self.loop
+        try:
+            if self.running_here():
+                loop.call_soon(self.run_cb)
+            else:
+                loop.call_soon_threadsafe(self.run_cb)
+        except RuntimeError:   # the loop is closed: nobody will take these
+            self.sem._drop_batch(self)
+
+    def run(self):
+        """The batch runner: deliver each outcome in FIFO order."""
+        cdef Py_ssize_t i
+        cdef _Request w
+        batch = self.batch
+        self.batch = None
+        if batch is not None:
+            for i in range(len(batch)):
+                w = <_Request>batch[i]
+                try:
+                    w._fire()
+                except (SystemExit, KeyboardInterrupt):
+                    self.sem._repost(self, batch[i + 1:])
+                    raise
+                except BaseException as exc:
+                    self.loop.call_exception_handler({
+                        "message": "pylimiter: exception in a wake-up callback",
+                        "exception": exc,
+                        "future": w,
+                    })
+        self.tidy()
+
+    cdef add_deadline(self, _Request w):
+        """Track a queued waiter's deadline; arm the timer if it is the
+        earliest."""
+        cdef int64_t d = w.deadline_ns
+        cdef Py_ssize_t n = len(self.dl)
+        if n == self.dl_head or (<_Request>self.dl[n - 1]).deadline_ns <= d:
+            self.dl.append(w)
+        else:
+            self.seq += 1
+            _heappush(self.late, (d, self.seq, w))
+        if self.timer is None or d < self.timer_at:
+            self.arm(d)
+
+    cdef arm(self, int64_t deadline):
+        cdef double delay
+        if self.timer is not None:
+            self.timer.cancel()
+        self.timer_at = deadline
+        delay = (deadline - plim_monotonic_ns()) / 1e9
+        self.timer = self.loop.call_later(delay if delay > 0 else 0.0, self.timer_cb)
+
+    def on_timer(self):
+        """Time out every queued waiter whose deadline has passed, then
+        re-arm for the earliest one left."""
+        cdef int64_t now = plim_monotonic_ns()
+        cdef _Request w
+        self.timer = None
+        expired = []
+        dl = self.dl
+        while self.dl_head < len(dl):
+            w = <_Request>dl[self.dl_head]
+            if w.deadline_ns > now:
+                break
+            dl[self.dl_head] = None
+            self.dl_head += 1
+            if w.node.state == PLIM_W_QUEUED:
+                expired.append(w)
+        late = self.late
+        if late and late[0][0] <= now:
+            while late and late[0][0] <= now:
+                w = <_Request>_heappop(late)[2]
+                if w.node.state == PLIM_W_QUEUED:
+                    expired.append(w)
+            expired.sort(key=_deadline_key)   # stable: arrival order on ties
+        if expired:
+            self.sem._expire(expired)
+        self.prune()
+        dl = self.dl   # prune may have started a fresh list
+        if self.dl_head < len(dl):
+            d = (<_Request>dl[self.dl_head]).deadline_ns
+            if late and late[0][0] < d:
+                d = late[0][0]
+            self.arm(d)
+        elif late:
+            self.arm(late[0][0])
+        self.tidy()
+
+    cdef prune(self):
+        """Drop deadlines of waiters that already left the queue."""
+        dl = self.dl
+        while self.dl_head < len(dl) and (<_Request>dl[self.dl_head]).node.state != PLIM_W_QUEUED:
+            dl[self.dl_head] = None
+            self.dl_head += 1
+        if self.dl_head == len(dl):
+            if self.dl_head:
+                self.dl = []
+                self.dl_head = 0
+        elif self.dl_head > 32 and 2 * self.dl_head >= len(dl):
+            del dl[:self.dl_head]
+            self.dl_head = 0
+        late = self.late
+        while late and (<_Request>late[0][2]).node.state != PLIM_W_QUEUED:
+            _heappop(late)
+
+    cdef tidy(self):
+        """On the loop's thread: forget stale deadlines; when no waiter of
+        this loop is queued or pending, cancel the timer and drop the state."""
+        self.prune()
+        if self.nq or self.batch is not None:
+            return
+        sem = self.sem
+        if sem._loops.get(self.loop) is self:
+            del sem._loops[self.loop]
+        if sem._ls is self:
+            sem._ls = None
+        self.dl = []
+        self.dl_head = 0
+        self.late = []
+        if self.timer is not None:
+            self.timer.cancel()
+            self.timer = None
+
+
+# --------------------------------------------------------------------------
+# The awaitables
+# --------------------------------------------------------------------------
+
+@cython.final
+cdef class _Done:
+    """An awaitable that is already complete (with None): what ``__aexit__``
+    returns when the exit only releases, so no coroutine is created."""
+
+    def __await__(self):
+        return self
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        raise StopIteration
+
+    def __repr__(self):
+        return "<pylimiter completed awaitable>"
+
+
+plim_install_done(<PyObject *>_Done)
+cdef _Done _DONE = _Done()
+
 
 cdef enum RequestStage:
     STAGE_CREATED = 0    # returned by acquire/update, not awaited yet
     STAGE_AWAITED = 1    # __await__ called; nothing asked of the core yet
-    STAGE_WAITING = 2    # queued: the task waits on the waiter's future
+    STAGE_WAITING = 2    # queued: the task is parked on the waiter
     STAGE_DONE = 3       # granted, failed, or abandoned: never again
 
 
-@cython.freelist(64)
+@cython.freelist(256)
 @cython.final
 cdef class _Request:
-    """What ``acquire``/``update`` return: awaitable once, and an async
-    context manager that releases the permit on exit."""
+    """What ``acquire``/``update`` return: awaitable once (it joins the queue
+    when first awaited), and an async context manager that releases the
+    permit on exit.
 
+    Queued, it is its own waiter (the plim_waiter_t node is embedded), so a
+    parked task costs one object.  For asyncio it is also what the waiting
+    task parks on: the part of the Future protocol asyncio.Task uses
+    (``_asyncio_future_blocking``, ``_loop``, ``add_done_callback``,
+    ``result``, ``cancel``); it is "done" once its outcome is decided and it
+    is in (or past) a wake batch.  A blocking wait queues a bare _Request
+    too (``blocking``), woken through its pooled lock.
+    """
+
+    cdef plim_waiter_t node
+    cdef SemaphorePermit permit    # to update, or (acquire) made by _begin; the result
+    cdef object check              # is_cancelled, or None
+    cdef object cause              # check's exception, or the task's cancel message
+    cdef _LoopState ls             # asyncio: the loop's state; None when blocking
     cdef AsyncSemaphore _sem
-    cdef SemaphorePermit _permit   # the permit to update; None for acquire
-    cdef int64_t _n
     cdef object _timeout
-    cdef object _is_cancelled
+    cdef object cb                 # the first done-callback and its context
+    cdef object ctx
+    cdef list more_cbs             # any further (fn, context) pairs
+    cdef PyThread_type_lock lock   # blocking only (returned by the dealloc hook)
+    cdef int64_t _n
+    cdef int64_t limit
+    cdef int64_t enqueued_ns
+    cdef int64_t deadline_ns
     cdef RequestStage _stage
-    cdef _Waiter _waiter
-    cdef object _timer
-    cdef SemaphorePermit _result
+    cdef int fblocking             # _asyncio_future_blocking: 0 None, 1 False, 2 True
+    cdef bint blocking
+    cdef bint applied
+    cdef bint reverted
+    cdef bint posted
+    cdef bint fired
+    cdef bint is_cancelled
+    cdef bint is_update
+    cdef bint ok                   # granted: `permit` is the result
+    cdef bint _anon                # `async with sem:`: the semaphore holds it
+
+    @property
+    def _asyncio_future_blocking(self):
+        """None until the request is queued, so that asyncio.isfuture() is
+        false for a request (ensure_future and gather wrap it in a Task);
+        True when a task is to park on it."""
+        if self.fblocking == 0:
+            return None
+        return self.fblocking == 2
+
+    @_asyncio_future_blocking.setter
+    def _asyncio_future_blocking(self, value):
+        self.fblocking = 2 if value else 1
+
+    @property
+    def _loop(self):
+        """The event loop the waiting task runs on.  An attribute, not
+        get_loop(): asyncio falls back to it, and reading it allocates no
+        bound method per parked task."""
+        return self.ls.loop
+
+    def add_done_callback(self, fn, *, context=None):
+        """Call ``fn(self)`` (in ``context``) when the outcome is delivered."""
+        if self.fired:
+            self.ls.loop.call_soon(fn, self, context=context)
+        elif self.cb is None and self.more_cbs is None:
+            self.cb = fn
+            self.ctx = context
+        else:
+            if self.more_cbs is None:
+                self.more_cbs = []
+            self.more_cbs.append((fn, context))
+
+    def remove_done_callback(self, fn):
+        """Remove every registration of ``fn``; return how many there were."""
+        cdef int removed = 0
+        if self.cb is not None and self.cb == fn:
+            self.cb = None
+            self.ctx = None
+            removed += 1
+        if self.more_cbs is not None:
+            kept = [(f, c) for f, c in self.more_cbs if f != fn]
+            removed += len(self.more_cbs) - len(kept)
+            self.more_cbs = kept
+        return removed
+
+    def done(self):
+        """True once the outcome is decided (granted, failed or cancelled)."""
+        return self.posted
+
+    def cancelled(self):
+        """True if the waiting task cancelled it while it was queued."""
+        return self.is_cancelled
+
+    def result(self):
+        """None once done (the request itself reads the outcome); raises
+        CancelledError if the task cancelled it."""
+        if self.is_cancelled:
+            if self.cause is None:
+                raise _CancelledError()
+            raise _CancelledError(self.cause)
+        if not self.posted:
+            raise _InvalidStateError("Result is not ready.")
+        return None
+
+    def cancel(self, msg=None):
+        """Task.cancel() while the task is parked here: leave the queue and
+        wake the task with CancelledError.  False once the outcome is
+        already decided (the task then cancels itself when it resumes, and a
+        grant goes back)."""
+        if self.ls is None:
+            return False
+        return self.ls.sem._cancel_waiter(self, msg)
+
+    cdef _fire(self):
+        self.fired = True
+        cb = self.cb
+        ctx = self.ctx
+        more = self.more_cbs
+        self.cb = None
+        self.ctx = None
+        self.more_cbs = None
+        if cb is not None:
+            _call_in(ctx, cb, self)
+        if more is not None:
+            for fn, c in more:
+                _call_in(c, fn, self)
+
+    def __repr__(self):
+        state = ("cancelled" if self.is_cancelled else "done" if self.posted
+                 else "queued" if self._stage == STAGE_WAITING else "not queued")
+        return f"<pylimiter request permits={self._n} {state}>"
 
     def __await__(self):
         if self._stage != STAGE_CREATED:
@@ -260,15 +659,17 @@ cdef class _Request:
         return self
 
     def __next__(self):
-        cdef int done = 0
-        v = self._advance(&done)
-        if done:
-            raise StopIteration(v)
-        return v
+        return self.send(None)
 
     def send(self, value):
         """Coroutine protocol: advance the request."""
-        return self.__next__()
+        cdef int status = PLIM_STEP_YIELD
+        v = self._advance(&status)
+        if status == PLIM_STEP_YIELD:
+            return v
+        if status == PLIM_STEP_RETURN:
+            raise StopIteration(v)
+        raise v
 
     def throw(self, typ, val=None, tb=None):
         """Coroutine protocol: the awaiting task is cancelled or interrupted.
@@ -291,78 +692,95 @@ cdef class _Request:
         """Coroutine protocol: the awaiting coroutine is closed."""
         self._stop_waiting()
 
-    cdef _cancel_timer(self):
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
-
     cdef _stop_waiting(self):
-        if self._stage == STAGE_WAITING and self._waiter is not None:
+        if self._stage == STAGE_WAITING:
             self._stage = STAGE_DONE
-            self._cancel_timer()
-            self._sem._abandon(self._waiter, False)
+            self._sem._abandon(self, False, False)
         else:
             self._stage = STAGE_DONE
 
-    cdef object _advance(self, int *done):
+    cdef object _granted(self, SemaphorePermit p):
+        if self._anon:
+            self._sem._anon += p._permits
+            p._permits = 0
+            return None
+        self.permit = p
+        self.ok = True
+        return p
+
+    cdef object _advance(self, int *status):
         cdef AsyncSemaphore sem = self._sem
-        cdef SemaphorePermit p
-        cdef int rc
-        cdef _Waiter w
+        cdef double t
         if self._stage <= STAGE_AWAITED:
             # STAGE_CREATED too: asyncio sees send/throw/close and drives the
             # request as a coroutine (create_task, gather) without __await__.
             self._stage = STAGE_WAITING
-            if self._permit is None and self._is_cancelled is None:
-                # Fast path: no future, no waiter, no lock.
-                rc = plim_try_acquire(&sem._sem, self._n)
-                if rc == PLIM_OK:
+            if not self.is_update and self.check is None:
+                # plim_try_acquire: no waiter, no lock, no clock.
+                if plim_try_acquire(&sem._sem, self._n) == PLIM_OK:
                     sem._acquired_total += 1
                     sem._wait_counts[0] += 1
                     self._stage = STAGE_DONE
-                    p = _new_permit(sem, self._n)
-                    self._result = p
-                    done[0] = 1
-                    return p
-            r = sem._begin(self._permit, self._n, self._timeout, self._is_cancelled,
-                           False)
-            if type(r) is SemaphorePermit:
-                self._stage = STAGE_DONE
-                self._result = <SemaphorePermit>r
-                done[0] = 1
-                return r
-            w = <_Waiter>r
-            self._waiter = w
-            if self._timeout is not None:
-                self._timer = w.loop.call_later(self._timeout, sem._on_timeout, w)
-            w.fut._asyncio_future_blocking = True
-            return w.fut
-        if self._stage == STAGE_WAITING:
-            w = self._waiter
-            if not w.fut.done():
-                w.fut._asyncio_future_blocking = True
-                return w.fut
+                    status[0] = PLIM_STEP_RETURN
+                    return self._granted(_new_permit(sem, self._n))
+            r = sem._begin(self, self.permit, self._n, self._timeout, self.check)
+            if r is self:
+                if self._timeout is not None:
+                    t = self._timeout
+                    if t > _MAX_TIMEOUT_S:
+                        t = _MAX_TIMEOUT_S
+                    self.deadline_ns = self.enqueued_ns + <int64_t>(t * 1e9)
+                    self.ls.add_deadline(self)
+                self.fblocking = 2
+                return self
             self._stage = STAGE_DONE
-            self._cancel_timer()
-            p = sem._finish(w)
-            self._result = p
-            done[0] = 1
-            return p
+            if type(r) is SemaphorePermit:
+                status[0] = PLIM_STEP_RETURN
+                return self._granted(<SemaphorePermit>r)
+            status[0] = PLIM_STEP_RAISE
+            return r
+        if self._stage == STAGE_WAITING:
+            if not self.posted:
+                self.fblocking = 2
+                return self
+            self._stage = STAGE_DONE
+            if self.node.state == PLIM_W_GRANTED:
+                status[0] = PLIM_STEP_RETURN
+                return self._granted(self.permit)
+            status[0] = PLIM_STEP_RAISE
+            if self.node.state == PLIM_W_REMOVED:
+                return PermitAcquireTimeoutError(_MSG_TIMED_OUT)
+            return contract.left_queue_error(self.node.state, self.node.total, self.limit,
+                                             self.cause)
         raise RuntimeError("pylimiter: cannot reuse an already awaited request")
 
     def __aenter__(self):
         return self
 
-    async def __aexit__(self, *exc):
-        if self._result is not None:
-            self._sem.release(self._result)
+    def __aexit__(self, exc_type, exc, tb):
+        if self.ok:
+            self._sem._release(self.permit)
+        return _DONE
 
 
-cdef object _request_advance(object self, int *done):
-    return (<_Request>self)._advance(done)
+cdef object _request_advance(object self, int *status):
+    return (<_Request>self)._advance(status)
 
 
-plim_install_am_send(<PyObject *>_Request, <plim_advance_fn>_request_advance)
+plim_install_request(<PyObject *>_Request, <plim_advance_fn>_request_advance)
+
+
+cdef inline _Request _new_request(AsyncSemaphore sem, SemaphorePermit permit, int64_t n,
+                                  object timeout, object is_cancelled):
+    cdef _Request r = _Request.__new__(_Request)
+    r._sem = sem
+    if permit is not None:
+        r.permit = permit
+        r.is_update = True
+    r._n = n
+    r._timeout = timeout
+    r.check = is_cancelled
+    return r
 
 
 # --------------------------------------------------------------------------
@@ -376,6 +794,7 @@ cdef class AsyncSemaphore:
     usage is still counted); ``max_queue_size <= 0`` makes the queue
     unbounded; ``timeout`` (seconds, ``None`` for ever) is the default wait
     for a queued request, measured from when it joins the queue.
+    ``set_max_permits`` changes the limit live, to or from unbounded too.
     """
 
     cdef plim_sem_t _sem
@@ -383,8 +802,11 @@ cdef class AsyncSemaphore:
     cdef bint _bounded
     cdef int64_t _max_queue
     cdef object _max_queue_cfg    # as configured (may be any int <= 0)
-    cdef object _max_cfg          # as configured, for unbounded semaphores
+    cdef object _max_cfg          # as last set (any int; <= 0: unbounded)
     cdef object _timeout
+    cdef int64_t _anon            # permits held by `async with sem:` blocks
+    cdef _LoopState _ls           # the loop state used last (also in _loops)
+    cdef dict _loops              # loop -> _LoopState, while it has waiters
     cdef int64_t _acquired_total
     cdef int64_t _timeout_total
     cdef int64_t _queue_full_total
@@ -404,6 +826,7 @@ cdef class AsyncSemaphore:
         self._max_queue = mq
         self._max_queue_cfg = max_queue_size
         self._max_cfg = max_permits
+        self._loops = {}
         if plim_sem_init(&self._sem, mp, mq) != PLIM_OK:
             raise MemoryError("pylimiter: cannot initialise the semaphore")
         self._ready = True
@@ -416,9 +839,7 @@ cdef class AsyncSemaphore:
 
     @property
     def max_permits(self):
-        """The configured limit (<= 0: unbounded)."""
-        if self._bounded:
-            return plim_max(&self._sem)
+        """The limit last set (<= 0: unbounded)."""
         return self._max_cfg
 
     @property
@@ -449,9 +870,18 @@ cdef class AsyncSemaphore:
         """True after close()."""
         return plim_closed(&self._sem) != 0
 
+    def locked(self):
+        """True when ``acquire(1)`` could not be granted at once: fewer than
+        one permit is available, requests are queued (no barging), or the
+        semaphore is closed.  As asyncio.Semaphore.locked(); a snapshot."""
+        if plim_closed(&self._sem):
+            return True
+        return self._bounded and (plim_queue_len(&self._sem) > 0
+                                  or plim_available(&self._sem) < 1)
+
     def __repr__(self):
         return (
-            f"<AsyncSemaphore max_permits={self.max_permits} "
+            f"<AsyncSemaphore max_permits={self._max_cfg} "
             f"acquired={plim_acquired(&self._sem)} "
             f"queued={plim_queue_len(&self._sem)}"
             f"{' closed' if plim_closed(&self._sem) else ''}>"
@@ -468,7 +898,7 @@ cdef class AsyncSemaphore:
                 if not self._bounded or v <= plim_max(&self._sem):
                     return v
         # Rare: let the shared checker pick the right exception and message.
-        return contract.check_permits(permits, plim_max(&self._sem), self._bounded)
+        return contract.check_permits(permits, self._max_cfg, self._bounded)
 
     cdef inline _check_permit(self, object permit):
         if type(permit) is not SemaphorePermit or (<SemaphorePermit>permit)._sem is not self:
@@ -481,7 +911,7 @@ cdef class AsyncSemaphore:
 
     # ---- public API ------------------------------------------------------------
 
-    def acquire(self, permits, *, timeout=TIMEOUT_NOT_GIVEN, is_cancelled=None):
+    def acquire(self, permits=1, *, timeout=TIMEOUT_NOT_GIVEN, is_cancelled=None):
         """Return an awaitable of a new SemaphorePermit holding ``permits``.
 
         The request joins the queue when first awaited.  It fails with
@@ -490,18 +920,12 @@ cdef class AsyncSemaphore:
         ``async with sem.acquire(n) as p:`` releases p on exit.
         """
         cdef int64_t n = self._check_n(permits)
-        cdef _Request r
         t = self._resolve_timeout(timeout)
         if is_cancelled is not None:
             contract.check_is_cancelled(is_cancelled)
         if plim_closed(&self._sem):
             raise contract.closed_error()
-        r = _Request.__new__(_Request)
-        r._sem = self
-        r._n = n
-        r._timeout = t
-        r._is_cancelled = is_cancelled
-        return r
+        return _new_request(self, None, n, t, is_cancelled)
 
     def update(self, permit, new_permits, *, timeout=TIMEOUT_NOT_GIVEN, is_cancelled=None):
         """Return an awaitable that changes ``permit`` to ``new_permits`` in
@@ -510,18 +934,11 @@ cdef class AsyncSemaphore:
         permit keeps what it had."""
         self._check_permit(permit)
         cdef int64_t n = self._check_n(new_permits)
-        cdef _Request r
         t = self._resolve_timeout(timeout)
         contract.check_is_cancelled(is_cancelled)
-        r = _Request.__new__(_Request)
-        r._sem = self
-        r._permit = permit
-        r._n = n
-        r._timeout = t
-        r._is_cancelled = is_cancelled
-        return r
+        return _new_request(self, permit, n, t, is_cancelled)
 
-    def acquire_blocking(self, permits, *, timeout=TIMEOUT_NOT_GIVEN, is_cancelled=None):
+    def acquire_blocking(self, permits=1, *, timeout=TIMEOUT_NOT_GIVEN, is_cancelled=None):
         """Blocking twin of ``acquire`` for threads; the GIL is released while
         waiting."""
         cdef int64_t n = self._check_n(permits)
@@ -544,7 +961,7 @@ cdef class AsyncSemaphore:
         contract.check_is_cancelled(is_cancelled)
         return self._run_blocking(permit, n, t, is_cancelled)
 
-    def try_acquire(self, permits):
+    def try_acquire(self, permits=1):
         """Take ``permits`` now if they fit and nobody queues; else None.
         Never waits and never overtakes queued requests."""
         cdef int64_t n = self._check_n(permits)
@@ -562,11 +979,12 @@ cdef class AsyncSemaphore:
     def release(self, permit):
         """Give back everything ``permit`` holds and set it to 0.
         Releasing again is a no-op; works after close."""
-        cdef plim_batch_t b
-        cdef SemaphorePermit p
         if type(permit) is not SemaphorePermit or (<SemaphorePermit>permit)._sem is not self:
             self._check_permit(permit)
-        p = <SemaphorePermit>permit
+        self._release(<SemaphorePermit>permit)
+
+    cdef _release(self, SemaphorePermit p):
+        cdef plim_batch_t b
         cdef int64_t n = p._permits
         if n == 0:
             return
@@ -580,6 +998,23 @@ cdef class AsyncSemaphore:
         if b.done_head != NULL or b.check != NULL:
             self._settle(&b)
 
+    def __aenter__(self):
+        """``async with sem:`` takes one permit (as asyncio.Semaphore)."""
+        cdef _Request r = _new_request(self, None, 1, self._timeout, None)
+        r._anon = True
+        return r
+
+    def __aexit__(self, exc_type, exc, tb):
+        cdef plim_batch_t b
+        if self._anon <= 0:
+            raise RuntimeError(contract.MSG_ANON_EXIT)
+        self._anon -= 1
+        plim_batch_init(&b)
+        plim_release(&self._sem, 1, &b)
+        if b.done_head != NULL or b.check != NULL:
+            self._settle(&b)
+        return _DONE
+
     def close(self):
         """Close (idempotent): queued requests fail with
         PermitAcquireAlreadyClosedError, and so do later acquires."""
@@ -589,14 +1024,18 @@ cdef class AsyncSemaphore:
         self._settle(&b)
 
     def set_max_permits(self, max_permits):
-        """Change the limit of a bounded semaphore (must stay > 0).  Raising
-        it grants waiters that now fit; lowering it below what is held makes
-        available_permits negative; queued requests that can never fit fail
-        with ValueError."""
+        """Change the limit, live.  ``max_permits > 0`` bounds the semaphore
+        (an unbounded one too): what is held carries over, so
+        available_permits may go negative, and queued requests larger than
+        the new limit fail with ValueError; raising it grants waiters that
+        now fit.  ``max_permits <= 0`` makes it unbounded: every queued
+        request is granted at once."""
         cdef plim_batch_t b
-        max_permits = contract.check_new_max(max_permits, self._bounded)
+        m = contract.check_new_max(max_permits)
         plim_batch_init(&b)
-        plim_set_max(&self._sem, max_permits, &b)
+        plim_set_max(&self._sem, max(m, -1), &b)
+        self._bounded = m > 0
+        self._max_cfg = m
         self._settle(&b)
 
     def stats(self):
@@ -623,13 +1062,15 @@ cdef class AsyncSemaphore:
         """Record what left the queue in a batch: plain C, no Python code, so
         nothing can observe a granted waiter whose permit is not updated."""
         cdef plim_waiter_t *node = b.done_head
-        cdef _Waiter w
+        cdef _Request w
         cdef int64_t now = 0
         cdef double wait
         while node != NULL:
-            w = <_Waiter>_waiter_ptr(node)
+            w = <_Request>_waiter_ptr(node)
             if not w.applied:
                 w.applied = True
+                if w.ls is not None:
+                    w.ls.nq -= 1
                 if node.state == PLIM_W_GRANTED:
                     if now == 0:
                         now = plim_monotonic_ns()
@@ -649,53 +1090,62 @@ cdef class AsyncSemaphore:
     cdef _settle(self, plim_batch_t *b):
         """Apply a batch, answer pending checks with no lock held, then wake
         every waiter that left the queue."""
-        cdef _Waiter w
+        cdef _Request w
         cdef plim_waiter_t *node
         self._apply(b)
         while b.check != NULL:
-            w = <_Waiter>_waiter_ptr(b.check)   # our reference keeps it alive
+            w = <_Request>_waiter_ptr(b.check)   # our reference keeps it alive
             cancelled, cause = contract.ask_cancelled(w.check)
             if cancelled:
                 w.cause = cause
             plim_resume(&self._sem, &w.node, cancelled, b)
             self._apply(b)
-        if b.done_head == NULL:
-            return
-        done = []
         node = plim_batch_pop(b)
         while node != NULL:
-            w = <_Waiter>_waiter_ptr(node)
-            done.append(w)
-            Py_DECREF(w)   # the queue's reference; `done` holds one now
-            node = plim_batch_pop(b)
-        self._wake_all(done)
-
-    cdef _wake_all(self, list done):
-        cdef unsigned long me = PyThread_get_thread_ident()
-        cdef _Waiter w
-        for w in done:
+            w = <_Request>_waiter_ptr(node)
+            Py_DECREF(w)   # the queue's reference; `w` holds one now
             if w.blocking:
                 PyThread_release_lock(w.lock)
-            elif w.thread_id == me:
-                self._deliver(w)
             else:
-                try:
-                    w.loop.call_soon_threadsafe(self._set_result, w)
-                except RuntimeError:   # its loop is closed: nobody will take it
-                    self._revert(w)
+                self._post(w)
+            node = plim_batch_pop(b)
 
-    def _set_result(self, _Waiter w):
-        self._deliver(w)
+    cdef _post(self, _Request w):
+        """Append w to its loop's wake batch; start the batch if it is the
+        first."""
+        cdef _LoopState ls
+        if w.posted:
+            return
+        w.posted = True
+        ls = w.ls
+        if ls.batch is None:
+            ls.batch = [w]
+            ls.schedule()
+        else:
+            ls.batch.append(w)
 
-    cdef _deliver(self, _Waiter w):
-        fut = w.fut
-        if not fut.done():
-            try:
-                fut.set_result(None)
-            except RuntimeError:   # its loop is closed: nobody will take it
-                self._revert(w)
+    cdef _repost(self, _LoopState ls, list rest):
+        """Put the undelivered rest of a batch back in front (its runner was
+        interrupted by SystemExit/KeyboardInterrupt)."""
+        if not rest:
+            return
+        if ls.batch is None:
+            ls.batch = rest
+            ls.schedule()
+        else:
+            ls.batch[:0] = rest
 
-    cdef _give_back(self, _Waiter w):
+    cdef _drop_batch(self, _LoopState ls):
+        """The batch's loop is closed: give back grants nobody will take,
+        and forget the loop if nothing of it is left."""
+        batch = ls.batch
+        ls.batch = None
+        if batch is not None:
+            for w in batch:
+                self._revert(<_Request>w)
+        ls.tidy()
+
+    cdef _give_back(self, _Request w):
         """Return a grant that its requester will never take."""
         cdef plim_batch_t b
         if w.reverted:
@@ -707,17 +1157,20 @@ cdef class AsyncSemaphore:
         if b.done_head != NULL or b.check != NULL:
             self._settle(&b)
 
-    cdef _revert(self, _Waiter w):
+    cdef _revert(self, _Request w):
         if w.node.state == PLIM_W_GRANTED:
             self._give_back(w)
 
-    cdef _abandon(self, _Waiter w, bint timed_out):
+    cdef _abandon(self, _Request w, bint timed_out, bint post):
         """The requester stops waiting (timeout, task cancel, interrupt).
-        A queued request leaves the queue; a grant that raced with a cancel
-        goes back; a grant that raced with a timeout stands."""
+        A queued request leaves the queue (``post``: and is woken first); a
+        grant that raced with a cancel goes back; a grant that raced with a
+        timeout stands."""
         cdef plim_batch_t b
         plim_batch_init(&b)
         if plim_cancel(&self._sem, &w.node, &b) == PLIM_OK:
+            if w.ls is not None:
+                w.ls.nq -= 1
             if w.permit._pending is w:
                 w.permit._pending = None
             if timed_out:
@@ -725,24 +1178,47 @@ cdef class AsyncSemaphore:
             else:
                 self._cancelled_total += 1
             Py_DECREF(w)   # the queue's reference; the caller still holds one
+            if post:
+                self._post(w)
             self._settle(&b)
-        elif w.node.state == PLIM_W_GRANTED and not timed_out:
+        elif w.node.state == PLIM_W_GRANTED and not timed_out and not w.reverted:
             self._cancelled_total += 1
             self._give_back(w)
 
-    def _on_timeout(self, _Waiter w):
-        self._abandon(w, True)
-        if w.node.state == PLIM_W_REMOVED and not w.fut.done():
-            w.fut.set_result(None)
+    cdef _cancel_waiter(self, _Request w, object msg):
+        if w.posted:
+            return False
+        self._abandon(w, False, False)
+        w.is_cancelled = True
+        w.cause = msg
+        self._post(w)
+        return True
 
-    cdef object _begin(self, SemaphorePermit permit, int64_t n, object timeout,
-                       object is_cancelled, bint blocking):
+    cdef _expire(self, list expired):
+        """The loop's timer: these waiters' deadlines have passed."""
+        for w in expired:
+            self._abandon(<_Request>w, True, True)
+
+    cdef _LoopState _loop_state(self, object loop):
+        cdef _LoopState ls = self._ls
+        if ls is not None and ls.loop is loop:
+            return ls
+        ls = self._loops.get(loop)
+        if ls is None:
+            ls = _LoopState(self, loop)
+            self._loops[loop] = ls
+        self._ls = ls
+        return ls
+
+    cdef object _begin(self, _Request w, SemaphorePermit permit, int64_t n, object timeout,
+                       object is_cancelled):
         """Shared start of every acquire/update: returns the permit when done
-        at once, or a queued _Waiter.  Raises on immediate failure."""
+        at once, w itself once queued (the asyncio request, or a blocking
+        thread's), or the exception of an immediate failure (to be raised
+        once, by the caller)."""
         cdef plim_batch_t b
         cdef int64_t cur, need
         cdef int rc
-        cdef _Waiter w
         cancelled = False
         cause = None
         if is_cancelled is not None and self._bounded:
@@ -752,7 +1228,7 @@ cdef class AsyncSemaphore:
             permit = _new_permit(self, 0)
         else:
             if permit._pending is not None:
-                raise RuntimeError(contract.MSG_UPDATE_IN_PROGRESS)
+                return RuntimeError(contract.MSG_UPDATE_IN_PROGRESS)
             cur = permit._permits
             if n <= cur:
                 # Shrinking is a release: after close too, no check.
@@ -764,10 +1240,10 @@ cdef class AsyncSemaphore:
                 return permit
         need = n - permit._permits
         if plim_closed(&self._sem):
-            raise contract.closed_error()
+            return contract.closed_error()
         if cancelled:
             self._cancelled_total += 1
-            raise contract.cancelled_error(cause)
+            return contract.cancelled_error(cause)
         rc = plim_try_acquire(&self._sem, need)
         if rc == PLIM_OK:
             permit._permits += need
@@ -775,31 +1251,34 @@ cdef class AsyncSemaphore:
             self._wait_counts[0] += 1
             return permit
         if rc == PLIM_OVERFLOW:
-            raise contract.overflow_error()
+            return contract.overflow_error()
         if rc == PLIM_CLOSED:
-            raise contract.closed_error()
+            return contract.closed_error()
         if timeout is not None and timeout == 0:
             self._timeout_total += 1
-            raise contract.timeout_zero_error()
-        w = _Waiter.__new__(_Waiter)
+            return contract.timeout_zero_error()
+        loop = None
+        if w.blocking:
+            if w.lock == NULL:
+                w.lock = _take_lock()
+        elif self._ls is not None and self._ls.knows_thread and self._ls.running_here():
+            loop = self._ls.loop   # the common case, without a system call
+        else:
+            loop = _get_running_loop()
+            if loop is None:
+                return contract.no_loop_error()
         w.permit = permit
         w.check = is_cancelled
         plim_waiter_init(&w.node, is_cancelled is not None)
-        if blocking:
-            w.blocking = True
-            w.lock = PyThread_allocate_lock()
-            if w.lock == NULL:
-                raise MemoryError()
-            PyThread_acquire_lock(w.lock, 1)
-        else:
-            loop = _get_running_loop()
-            w.loop = loop
-            w.fut = loop.create_future()
-            w.thread_id = PyThread_get_thread_ident()
         w.enqueued_ns = plim_monotonic_ns()
         rc = plim_enqueue(&self._sem, &w.node, need, n)
         if rc == PLIM_QUEUED:
             Py_INCREF(w)   # held by the queue until the waiter leaves it
+            if loop is not None:
+                # Safe after the enqueue: the GIL keeps every other thread
+                # out of Python (and so away from w) until we return.
+                w.ls = self._loop_state(loop)
+                w.ls.nq += 1
             if is_update:
                 permit._pending = w
             return w
@@ -810,26 +1289,25 @@ cdef class AsyncSemaphore:
             return permit
         if rc == PLIM_FULL:
             self._queue_full_total += 1
-            raise contract.queue_full_error(self._max_queue)
+            return contract.queue_full_error(self._max_queue)
         if rc == PLIM_CLOSED:
-            raise contract.closed_error()
-        raise contract.overflow_error()
-
-    cdef SemaphorePermit _finish(self, _Waiter w):
-        if w.node.state == PLIM_W_GRANTED:
-            return w.permit
-        raise contract.left_queue_error(w.node.state, w.node.total, w.limit, w.cause)
+            return contract.closed_error()
+        if rc == PLIM_TOO_LARGE:
+            return contract.too_large_error(n, plim_max(&self._sem))
+        return contract.overflow_error()
 
     cdef object _run_blocking(self, SemaphorePermit permit, int64_t n, object timeout,
                               object is_cancelled):
-        cdef _Waiter w
+        cdef _Request w = _Request.__new__(_Request)
         cdef int rc
         cdef PY_TIMEOUT_T us
         cdef int64_t deadline = 0
-        r = self._begin(permit, n, timeout, is_cancelled, True)
-        if type(r) is SemaphorePermit:
-            return r
-        w = <_Waiter>r
+        w.blocking = True
+        r = self._begin(w, permit, n, timeout, is_cancelled)
+        if r is not w:
+            if type(r) is SemaphorePermit:
+                return r
+            raise r
         if timeout is None:
             us = -1
         else:
@@ -844,7 +1322,7 @@ cdef class AsyncSemaphore:
                 try:
                     PyErr_CheckSignals()
                 except BaseException:
-                    self._abandon(w, False)
+                    self._abandon(w, False, False)
                     if w.node.state != PLIM_W_REMOVED:
                         with nogil:   # its wake-up is on the way: wait it out
                             PyThread_acquire_lock_timed(w.lock, -1, 0)
@@ -852,14 +1330,54 @@ cdef class AsyncSemaphore:
                 if timeout is not None:
                     us = max(<PY_TIMEOUT_T>0, (deadline - plim_monotonic_ns()) // 1000)
                 continue
-            self._abandon(w, True)
+            self._abandon(w, True, False)
             if w.node.state != PLIM_W_REMOVED:
                 with nogil:
                     PyThread_acquire_lock_timed(w.lock, -1, 0)
             break
-        return self._finish(w)
+        if w.node.state == PLIM_W_GRANTED:
+            return w.permit
+        raise contract.left_queue_error(w.node.state, w.node.total, w.limit, w.cause)
 
 
 class AsyncDualMemoryLimiter(DualMemoryLimiterBase):
     __doc__ = DualMemoryLimiterBase.__doc__
     _semaphore_class = AsyncSemaphore
+
+
+# --------------------------------------------------------------------------
+# The deallocation hooks (_plim_binding.h) need the offsets of three object
+# fields, which Cython will not take the address of: found by looking for a
+# known value in a probe object.
+# --------------------------------------------------------------------------
+
+cdef Py_ssize_t _offset_of(object obj, object value) except -1:
+    cdef char *base = <char *><PyObject *>obj
+    cdef Py_ssize_t off
+    cdef Py_ssize_t size = type(obj).__basicsize__
+    for off in range(sizeof(PyObject), size - sizeof(void *) + 1, sizeof(void *)):
+        if (<PyObject **>(base + off))[0] == <PyObject *>value:
+            return off
+    raise RuntimeError("pylimiter: field not found in its object")
+
+
+cdef _install_deallocs():
+    cdef AsyncSemaphore probe_sem = AsyncSemaphore(1)
+    cdef SemaphorePermit probe = _new_permit(probe_sem, 0)
+    cdef _Request req = _new_request(probe_sem, None, 0, None, None)
+    req.permit = probe
+    plim_install_deallocs(<PyObject *>SemaphorePermit,
+                          <char *>&probe._permits - <char *><PyObject *>probe,
+                          _offset_of(probe, probe_sem), _warn_leaked,
+                          <PyObject *>_Request, _offset_of(req, probe),
+                          <char *>&req.lock - <char *><PyObject *>req, _give_lock)
+    req.permit = None
+
+
+_install_deallocs()
+
+
+def _leak_check(bint on):
+    """Switch the leaked-permit check on or off (it is on; off only to
+    measure what it costs, in one process)."""
+    plim_leak_check(<PyObject *>SemaphorePermit, on)

@@ -3,24 +3,42 @@
 It mirrors the C core step by step (``csrc/plim_sem.c``): one lock guards the
 counter and the FIFO queue, queue processing stops at a head that carries an
 ``is_cancelled`` check so that the check runs with no lock held, and waking
-happens after the lock is dropped.  The C extension must be observably
-identical; ``tests/test_differential.py`` holds the two side by side.
+happens after the lock is dropped.  It also mirrors the C binding's asyncio
+machinery, so that the two wake tasks in the same order:
+
+* A queued request's task parks on the request's ``_Waiter`` itself (it
+  speaks the small part of the Future protocol asyncio.Task uses), not on a
+  Future.
+* Waiters that leave the queue are appended, in FIFO order, to their event
+  loop's wake batch (``_LoopState``); one ``call_soon`` runs a whole batch.
+* Each loop keeps one timer per semaphore, armed for the earliest deadline of
+  its queued waiters (a deque of deadlines in arrival order, plus a heap for
+  the ones that arrive out of order); it is re-armed lazily when it fires.
+
+The C extension must be observably identical; ``tests/test_differential.py``
+holds the two side by side.
 """
 
 from __future__ import annotations
 
 import asyncio
+import heapq
 import threading
 import time
-from collections import OrderedDict
-from typing import Callable, Optional
+from collections import OrderedDict, deque
+from collections.abc import Callable, Generator
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, Optional
 
 from ._common import (
-    TIMEOUT_NOT_GIVEN,
+    DONE,
     MAX_ACQUIRED,
+    MAX_PERMITS,
     MSG_ALREADY_AWAITED,
+    MSG_ANON_EXIT,
     MSG_PERMIT_NOT_CONSTRUCTIBLE,
     MSG_UPDATE_IN_PROGRESS,
+    TIMEOUT_NOT_GIVEN,
     UNBOUNDED_AVAILABLE,
     W_CANCELLED,
     W_CLOSED,
@@ -31,6 +49,7 @@ from ._common import (
     W_TOO_LARGE,
     WAIT_BUCKETS,
     LimitType,
+    ReleasingRequest,
     SemaphoreStats,
     ask_cancelled,
     bucket_index,
@@ -38,28 +57,40 @@ from ._common import (
     check_is_cancelled,
     check_limits,
     check_new_max,
-    permit_error,
     check_permits,
     check_timeout,
     closed_error,
     cumulative_buckets,
     left_queue_error,
+    no_loop_error,
     overflow_error,
+    permit_error,
     queue_full_error,
     timeout_zero_error,
+    too_large_error,
+    warn_leaked_permit,
 )
 from ._dual import DualMemoryLimiterBase, DualMemoryPermit
 
 __all__ = [
-    "AsyncSemaphore",
-    "SemaphorePermit",
     "AsyncDualMemoryLimiter",
+    "AsyncSemaphore",
     "DualMemoryPermit",
     "LimitType",
+    "SemaphorePermit",
 ]
 
 _get_ident = threading.get_ident
 _monotonic = time.monotonic
+# asyncio's C accelerated lookup: the loop running in this thread, or None.
+_get_running_loop = asyncio.events._get_running_loop
+_new = object.__new__
+_heappush = heapq.heappush
+_heappop = heapq.heappop
+
+#: What ``is_cancelled`` may be: a callable answering "give up?", or None.
+IsCancelled = Optional[Callable[[], object]]
+_Callback = Callable[[Any], object]
 
 
 class SemaphorePermit:
@@ -67,106 +98,392 @@ class SemaphorePermit:
 
     ``permits`` is what it holds now; ``update`` changes it in place and
     ``release`` sets it to 0.  Used as a context manager (``with``) it is
-    released on exit.
+    released on exit.  A permit garbage-collected while it still holds
+    permits emits a ResourceWarning (the permits stay taken).
     """
 
-    __slots__ = ("_sem", "_permits", "_pending", "__weakref__")
+    __slots__ = ("__weakref__", "_pending", "_permits", "_sem")
 
-    def __init__(self, *args, **kwargs):
+    _sem: AsyncSemaphore
+    _permits: int
+    _pending: _Waiter | None
+
+    def __new__(cls, *args: object, **kwargs: object) -> SemaphorePermit:
+        # Not __init__: no half-made object may reach __del__.
         raise TypeError(MSG_PERMIT_NOT_CONSTRUCTIBLE)
-
-    @classmethod
-    def _new(cls, sem: "AsyncSemaphore", permits: int) -> "SemaphorePermit":
-        self = object.__new__(cls)
-        self._sem = sem
-        self._permits = permits
-        self._pending = None
-        return self
 
     @property
     def permits(self) -> int:
         """The number of permits this object holds."""
         return self._permits
 
-    def __enter__(self) -> "SemaphorePermit":
+    def __enter__(self) -> SemaphorePermit:
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self._sem.release(self)
 
     def __repr__(self) -> str:
         return f"<SemaphorePermit permits={self._permits}>"
 
+    def __del__(self) -> None:
+        if self._permits:
+            warn_leaked_permit(self._sem, self._permits)
+
+
+def _new_permit(sem: AsyncSemaphore, permits: int) -> SemaphorePermit:
+    p: SemaphorePermit = _new(SemaphorePermit)
+    p._sem = sem
+    p._permits = permits
+    p._pending = None
+    return p
+
 
 class _Waiter:
-    """One queued request (the Python twin of plim_waiter_t)."""
+    """One queued request (the Python twin of plim_waiter_t).
+
+    For asyncio it is also what the waiting task parks on: the part of the
+    Future protocol asyncio.Task uses (``_asyncio_future_blocking``,
+    ``_loop``, ``add_done_callback``, ``result``, ``cancel``).  It is "done"
+    once its outcome is decided and it is in (or past) a wake batch.
+    """
 
     __slots__ = (
-        "permit",
-        "need",
-        "total",
-        "granted",
-        "state",
-        "check",
+        "_asyncio_future_blocking",
+        "callbacks",
+        "cancel_msg",
         "cause",
-        "limit",
+        "check",
+        "deadline",
         "enqueued",
-        "loop",
-        "fut",
-        "thread_id",
+        "fired",
+        "granted",
+        "is_cancelled",
+        "limit",
         "lock",
+        "ls",
+        "need",
+        "permit",
+        "posted",
         "reverted",
+        "state",
+        "total",
     )
 
-    def __init__(self, permit, check):
-        self.permit = permit
+    def __init__(self, permit: SemaphorePermit, check: IsCancelled) -> None:
+        self.permit: SemaphorePermit | None = permit
         self.need = 0
         self.total = 0
         self.granted = 0
         self.state = W_IDLE
         self.check = check
-        self.cause = None
+        self.cause: BaseException | None = None
         self.limit = 0
         self.enqueued = 0.0
-        self.loop = None
-        self.fut = None
-        self.thread_id = 0
-        self.lock = None
+        self.deadline = 0.0
+        self.ls: _LoopState | None = None
+        self.lock: threading.Lock | None = None
         self.reverted = False
+        self.posted = False
+        self.fired = False
+        self.is_cancelled = False
+        self.cancel_msg: str | None = None
+        self.callbacks: list[tuple[_Callback, Any]] = []
+        self._asyncio_future_blocking = False
+
+    # ---- the Future protocol, as far as asyncio.Task uses it ----------
+
+    @property
+    def _loop(self) -> asyncio.AbstractEventLoop:
+        """The event loop the waiting task runs on (asyncio's fallback for
+        get_loop(); the C twin allocates nothing to answer it)."""
+        assert self.ls is not None
+        return self.ls.loop
+
+    def add_done_callback(self, fn: _Callback, *, context: Any = None) -> None:
+        """Call ``fn(self)`` (in ``context``) when the outcome is delivered."""
+        if self.fired:
+            assert self.ls is not None
+            self.ls.loop.call_soon(fn, self, context=context)
+        else:
+            self.callbacks.append((fn, context))
+
+    def remove_done_callback(self, fn: _Callback) -> int:
+        """Remove every registration of ``fn``; return how many there were."""
+        kept = [(f, c) for f, c in self.callbacks if f != fn]
+        removed = len(self.callbacks) - len(kept)
+        self.callbacks = kept
+        return removed
+
+    def done(self) -> bool:
+        """True once the outcome is decided (granted, failed or cancelled)."""
+        return self.posted
+
+    def cancelled(self) -> bool:
+        """True if the waiting task cancelled it while it was queued."""
+        return self.is_cancelled
+
+    def result(self) -> None:
+        """None once done (the request itself reads the outcome); raises
+        CancelledError if the task cancelled it."""
+        if self.is_cancelled:
+            if self.cancel_msg is None:
+                raise asyncio.CancelledError()
+            raise asyncio.CancelledError(self.cancel_msg)
+        if not self.posted:
+            raise asyncio.InvalidStateError("Result is not ready.")
+
+    def cancel(self, msg: str | None = None) -> bool:
+        """Task.cancel() while the task is parked here: leave the queue and
+        wake the task with CancelledError.  False once the outcome is
+        already decided (the task then cancels itself when it resumes, and a
+        grant goes back)."""
+        assert self.ls is not None
+        return self.ls.sem._cancel_waiter(self, msg)
+
+    def _fire(self) -> None:
+        self.fired = True
+        callbacks = self.callbacks
+        self.callbacks = []
+        for fn, ctx in callbacks:
+            if ctx is None:
+                fn(self)
+            else:
+                ctx.run(fn, self)
+
+    def __repr__(self) -> str:
+        state = ("cancelled" if self.is_cancelled else "done" if self.posted
+                 else "queued")
+        return f"<pylimiter waiter need={self.need} {state}>"
 
 
-class _Request:
-    """What ``acquire``/``update`` return: awaitable once, and an async
-    context manager that releases the permit on exit."""
+class _LoopState:
+    """What one semaphore keeps per event loop while the loop has waiters:
+    the pending wake batch and the one timeout timer.  Dropped when idle.
 
-    __slots__ = ("_sem", "_permit", "_permits", "_timeout", "_is_cancelled",
-                 "_awaited", "_result")
+    Thread rules: ``batch`` and ``nq`` change under the semaphore's lock (any
+    thread may wake a loop's waiters); the deadlines and the timer are only
+    touched on the loop's own thread (enqueue, timer, batch runner).
+    """
 
-    def __init__(self, sem, permit, permits, timeout, is_cancelled):
-        self._sem = sem
-        self._permit = permit
-        self._permits = permits
-        self._timeout = timeout
-        self._is_cancelled = is_cancelled
-        self._awaited = False
-        self._result = None
+    __slots__ = (
+        "batch",
+        "deadlines",
+        "late",
+        "loop",
+        "nq",
+        "sem",
+        "seq",
+        "timer",
+        "timer_at",
+    )
 
-    def __await__(self):
-        if self._awaited:
+    def __init__(self, sem: AsyncSemaphore, loop: asyncio.AbstractEventLoop) -> None:
+        self.sem = sem
+        self.loop = loop
+        self.batch: list[_Waiter] | None = None   # None: no runner scheduled
+        self.nq = 0                                    # queued waiters of this loop
+        self.timer: asyncio.TimerHandle | None = None
+        self.timer_at = 0.0
+        self.deadlines: deque[_Waiter] = deque()       # non-decreasing deadlines
+        self.late: list[tuple[float, int, _Waiter]] = []   # heap: out-of-order ones
+        self.seq = 0
+
+    def schedule(self) -> None:
+        """A batch was just started: run it soon on the loop."""
+        loop = self.loop
+        try:
+            if _get_running_loop() is loop:
+                loop.call_soon(self.run)
+            else:
+                loop.call_soon_threadsafe(self.run)
+        except RuntimeError:   # the loop is closed: nobody will take these
+            self.sem._drop_batch(self)
+
+    def run(self) -> None:
+        """The batch runner: deliver each outcome in FIFO order."""
+        sem = self.sem
+        with sem._lock:
+            batch = self.batch
+            self.batch = None
+        for i, w in enumerate(batch or ()):
+            try:
+                w._fire()
+            except (SystemExit, KeyboardInterrupt):
+                sem._repost(self, batch[i + 1:])   # type: ignore[index]
+                raise
+            except BaseException as exc:
+                self.loop.call_exception_handler({
+                    "message": "pylimiter: exception in a wake-up callback",
+                    "exception": exc,
+                    "future": w,
+                })
+        self.tidy()
+
+    def add_deadline(self, w: _Waiter) -> None:
+        """Track a queued waiter's deadline; arm the timer if it is the
+        earliest."""
+        d = w.deadline
+        dq = self.deadlines
+        if not dq or dq[-1].deadline <= d:
+            dq.append(w)
+        else:
+            self.seq += 1
+            _heappush(self.late, (d, self.seq, w))
+        if self.timer is None or d < self.timer_at:
+            self.arm(d)
+
+    def arm(self, deadline: float) -> None:
+        if self.timer is not None:
+            self.timer.cancel()
+        self.timer_at = deadline
+        self.timer = self.loop.call_later(max(0.0, deadline - _monotonic()),
+                                          self.on_timer)
+
+    def on_timer(self) -> None:
+        """Time out every queued waiter whose deadline has passed, then
+        re-arm for the earliest one left."""
+        self.timer = None
+        now = _monotonic()
+        expired = []
+        dq = self.deadlines
+        while dq and dq[0].deadline <= now:
+            w = dq.popleft()
+            if w.state == W_QUEUED:
+                expired.append(w)
+        late = self.late
+        if late and late[0][0] <= now:
+            while late and late[0][0] <= now:
+                w = _heappop(late)[2]
+                if w.state == W_QUEUED:
+                    expired.append(w)
+            expired.sort(key=_deadline_of)   # stable: arrival order on ties
+        if expired:
+            self.sem._expire(expired)
+        self.prune()
+        earliest = [x for x in (dq[0].deadline if dq else None,
+                                late[0][0] if late else None) if x is not None]
+        if earliest:
+            self.arm(min(earliest))
+        self.tidy()
+
+    def prune(self) -> None:
+        """Drop deadlines of waiters that already left the queue."""
+        dq = self.deadlines
+        while dq and dq[0].state != W_QUEUED:
+            dq.popleft()
+        late = self.late
+        while late and late[0][2].state != W_QUEUED:
+            _heappop(late)
+
+    def tidy(self) -> None:
+        """On the loop's thread: forget stale deadlines; when no waiter of
+        this loop is queued or pending, cancel the timer and drop the state."""
+        self.prune()
+        sem = self.sem
+        with sem._lock:
+            if self.nq or self.batch is not None:
+                return
+            if sem._loops.get(self.loop) is self:
+                del sem._loops[self.loop]
+        self.deadlines.clear()
+        self.late.clear()
+        if self.timer is not None:
+            self.timer.cancel()
+            self.timer = None
+
+
+def _deadline_of(w: _Waiter) -> float:
+    return w.deadline
+
+
+class _Request(ReleasingRequest[SemaphorePermit]):
+    """What ``acquire``/``update`` return: awaitable once (it joins the queue
+    when first awaited), and an async context manager that releases the
+    permit on exit."""
+
+    __slots__ = (
+        "_is_cancelled",
+        "_n",
+        "_permit",
+        "_result",
+        "_sem",
+        "_stage",
+        "_timeout",
+    )
+
+    _sem: AsyncSemaphore
+    _permit: SemaphorePermit | None
+    _n: int
+    _timeout: float | None
+    _is_cancelled: IsCancelled
+    _stage: int
+    _result: SemaphorePermit | None
+
+    def __await__(self) -> Generator[Any, None, SemaphorePermit]:
+        if self._stage:
             raise RuntimeError(MSG_ALREADY_AWAITED)
-        self._awaited = True
-        return self._sem._run_async(
-            self._permit, self._permits, self._timeout, self._is_cancelled
-        ).__await__()
+        self._stage = 1
+        sem = self._sem
+        if self._permit is None and self._is_cancelled is None:
+            # plim_try_acquire, inline: nobody queues (bounded) and it fits.
+            n = self._n
+            lock = sem._lock
+            lock.acquire()
+            try:
+                avail = sem._avail
+                if not sem._closed and (
+                    (not sem._queue and avail >= n) if sem._bounded
+                    else avail - n >= -MAX_ACQUIRED
+                ):
+                    sem._avail = avail - n
+                    sem._acquired_total += 1
+                    sem._wait_counts[0] += 1
+                    p: SemaphorePermit = _new(SemaphorePermit)
+                    p._sem = sem
+                    p._permits = n
+                    p._pending = None
+                    self._result = p
+                    return p
+            finally:
+                lock.release()
+        p = yield from sem._acquire_slow(self._permit, self._n, self._timeout,
+                                         self._is_cancelled)
+        self._result = p
+        return p
 
-    async def __aenter__(self):
-        self._result = await self
-        return self._result
+    def _release_result(self, permit: SemaphorePermit) -> None:
+        self._sem.release(permit)
 
-    async def __aexit__(self, *exc):
-        if self._result is not None:
-            self._sem.release(self._result)
-        return None
+
+def _new_request(sem: AsyncSemaphore, permit: SemaphorePermit | None, n: int,
+                 timeout: float | None, is_cancelled: IsCancelled) -> _Request:
+    r: _Request = _new(_Request)
+    r._sem = sem
+    r._permit = permit
+    r._n = n
+    r._timeout = timeout
+    r._is_cancelled = is_cancelled
+    r._stage = 0
+    r._result = None
+    return r
+
+
+class _AnonRequest:
+    """``async with sem:`` entry: one permit held by the semaphore itself (as
+    asyncio.Semaphore does), given back by ``__aexit__``."""
+
+    __slots__ = ("_sem",)
+
+    def __init__(self, sem: AsyncSemaphore) -> None:
+        self._sem = sem
+
+    def __await__(self) -> Generator[Any, None, None]:
+        sem = self._sem
+        p = yield from sem.acquire(1).__await__()
+        with sem._lock:
+            sem._anon += p._permits
+            p._permits = 0
 
 
 class AsyncSemaphore:
@@ -176,14 +493,15 @@ class AsyncSemaphore:
     usage is still counted); ``max_queue_size <= 0`` makes the queue
     unbounded; ``timeout`` (seconds, ``None`` for ever) is the default wait
     for a queued request, measured from when it joins the queue.
+    ``set_max_permits`` changes the limit live, to or from unbounded too.
     """
 
     def __init__(
         self,
         max_permits: int,
         max_queue_size: int = 10000,
-        timeout: Optional[float] = 25.0,
-    ):
+        timeout: float | None = 25.0,
+    ) -> None:
         max_permits, max_queue_size = check_limits(max_permits, max_queue_size)
         self._timeout = check_timeout(timeout, None)
         self._max = max_permits
@@ -193,6 +511,8 @@ class AsyncSemaphore:
         self._queue: OrderedDict[_Waiter, None] = OrderedDict()
         self._closed = False
         self._lock = threading.Lock()
+        self._anon = 0   # permits held by `async with sem:` blocks
+        self._loops: dict[asyncio.AbstractEventLoop, _LoopState] = {}
         self._acquired_total = 0
         self._timeout_total = 0
         self._queue_full_total = 0
@@ -204,7 +524,7 @@ class AsyncSemaphore:
 
     @property
     def max_permits(self) -> int:
-        """The configured limit (<= 0: unbounded)."""
+        """The limit last set (<= 0: unbounded)."""
         return self._max
 
     @property
@@ -233,6 +553,12 @@ class AsyncSemaphore:
         """True after close()."""
         return self._closed
 
+    def locked(self) -> bool:
+        """True when ``acquire(1)`` could not be granted at once: fewer than
+        one permit is available, requests are queued (no barging), or the
+        semaphore is closed.  As asyncio.Semaphore.locked(); a snapshot."""
+        return self._closed or (self._bounded and (bool(self._queue) or self._avail < 1))
+
     def __repr__(self) -> str:
         return (
             f"<AsyncSemaphore max_permits={self._max} "
@@ -240,15 +566,10 @@ class AsyncSemaphore:
             f"{' closed' if self._closed else ''}>"
         )
 
-    # ---- argument checks (at the call site) ---------------------------
-
-    def _check_permit(self, permit) -> None:
-        if type(permit) is not SemaphorePermit or permit._sem is not self:
-            raise permit_error(permit, SemaphorePermit)
-
     # ---- public API ---------------------------------------------------
 
-    def acquire(self, permits: int, *, timeout=TIMEOUT_NOT_GIVEN, is_cancelled=None):
+    def acquire(self, permits: int = 1, *, timeout: float | None = TIMEOUT_NOT_GIVEN,
+                is_cancelled: IsCancelled = None) -> _Request:
         """Return an awaitable of a new SemaphorePermit holding ``permits``.
 
         The request joins the queue when first awaited.  It fails with
@@ -256,15 +577,22 @@ class AsyncSemaphore:
         PermitAcquireAlreadyClosedError or PermitAcquireCancelledError.
         ``async with sem.acquire(n) as p:`` releases p on exit.
         """
-        n = check_permits(permits, self._max, self._bounded)
-        t = check_timeout(timeout, self._timeout)
-        check_is_cancelled(is_cancelled)
+        if type(permits) is not int or not 0 <= permits <= MAX_PERMITS or (
+                self._bounded and permits > self._max):
+            permits = check_permits(permits, self._max, self._bounded)
+        if timeout is TIMEOUT_NOT_GIVEN:
+            timeout = self._timeout
+        else:
+            timeout = check_timeout(timeout, self._timeout)
+        if is_cancelled is not None:
+            check_is_cancelled(is_cancelled)
         if self._closed:
             raise closed_error()
-        return _Request(self, None, n, t, is_cancelled)
+        return _new_request(self, None, permits, timeout, is_cancelled)
 
-    def update(self, permit, new_permits: int, *, timeout=TIMEOUT_NOT_GIVEN,
-               is_cancelled=None):
+    def update(self, permit: SemaphorePermit, new_permits: int, *,
+               timeout: float | None = TIMEOUT_NOT_GIVEN,
+               is_cancelled: IsCancelled = None) -> _Request:
         """Return an awaitable that changes ``permit`` to ``new_permits`` in
         place and returns it.  Shrinking completes at once (even after close);
         growing queues for the difference like an acquire, and on failure the
@@ -273,18 +601,20 @@ class AsyncSemaphore:
         n = check_permits(new_permits, self._max, self._bounded)
         t = check_timeout(timeout, self._timeout)
         check_is_cancelled(is_cancelled)
-        return _Request(self, permit, n, t, is_cancelled)
+        return _new_request(self, permit, n, t, is_cancelled)
 
-    def acquire_blocking(self, permits: int, *, timeout=TIMEOUT_NOT_GIVEN,
-                         is_cancelled=None) -> SemaphorePermit:
+    def acquire_blocking(self, permits: int = 1, *,
+                         timeout: float | None = TIMEOUT_NOT_GIVEN,
+                         is_cancelled: IsCancelled = None) -> SemaphorePermit:
         """Blocking twin of ``acquire`` for threads."""
         n = check_permits(permits, self._max, self._bounded)
         t = check_timeout(timeout, self._timeout)
         check_is_cancelled(is_cancelled)
         return self._run_blocking(None, n, t, is_cancelled)
 
-    def update_blocking(self, permit, new_permits: int, *, timeout=TIMEOUT_NOT_GIVEN,
-                        is_cancelled=None) -> SemaphorePermit:
+    def update_blocking(self, permit: SemaphorePermit, new_permits: int, *,
+                        timeout: float | None = TIMEOUT_NOT_GIVEN,
+                        is_cancelled: IsCancelled = None) -> SemaphorePermit:
         """Blocking twin of ``update`` for threads."""
         self._check_permit(permit)
         n = check_permits(new_permits, self._max, self._bounded)
@@ -292,7 +622,7 @@ class AsyncSemaphore:
         check_is_cancelled(is_cancelled)
         return self._run_blocking(permit, n, t, is_cancelled)
 
-    def try_acquire(self, permits: int) -> Optional[SemaphorePermit]:
+    def try_acquire(self, permits: int = 1) -> SemaphorePermit | None:
         """Take ``permits`` now if they fit and nobody queues; else None.
         Never waits and never overtakes queued requests."""
         n = check_permits(permits, self._max, self._bounded)
@@ -301,16 +631,18 @@ class AsyncSemaphore:
                 raise closed_error()
             if not self._fits_now_locked(n):
                 return None
-            permit = SemaphorePermit._new(self, 0)
+            permit = _new_permit(self, 0)
             self._take_locked(permit, n)
             return permit
 
-    def release(self, permit) -> None:
+    def release(self, permit: SemaphorePermit) -> None:
         """Give back everything ``permit`` holds and set it to 0.
         Releasing again is a no-op; works after close."""
-        self._check_permit(permit)
-        done: list = []
-        with self._lock:
+        if type(permit) is not SemaphorePermit or permit._sem is not self:
+            raise permit_error(permit, SemaphorePermit)
+        lock = self._lock
+        lock.acquire()
+        try:
             n = permit._permits
             if n == 0:
                 return
@@ -320,13 +652,38 @@ class AsyncSemaphore:
                 # Its update now has to take the whole new size.
                 pending.need += n
             self._avail += n
+            if not self._queue:
+                return   # plim_release's fast CAS: nothing to hand over
+            done: list[_Waiter] = []
             check = self._process_locked(None, done)
+        finally:
+            lock.release()
         self._settle(check, done)
+
+    if TYPE_CHECKING:
+        async def __aenter__(self) -> None:
+            """``async with sem:`` takes one permit (as asyncio.Semaphore)."""
+
+        async def __aexit__(self, exc_type: type[BaseException] | None,
+                            exc: BaseException | None,
+                            tb: TracebackType | None) -> None: ...
+    else:
+        def __aenter__(self):
+            """``async with sem:`` takes one permit (as asyncio.Semaphore)."""
+            return _AnonRequest(self)
+
+        def __aexit__(self, exc_type, exc, tb):
+            with self._lock:
+                if self._anon <= 0:
+                    raise RuntimeError(MSG_ANON_EXIT)
+                self._anon -= 1
+            self._return_permits(1)
+            return DONE
 
     def close(self) -> None:
         """Close (idempotent): queued requests fail with
         PermitAcquireAlreadyClosedError, and so do later acquires."""
-        done: list = []
+        done: list[_Waiter] = []
         with self._lock:
             self._closed = True
             while self._queue:
@@ -336,21 +693,26 @@ class AsyncSemaphore:
         self._wake_all(done)
 
     def set_max_permits(self, max_permits: int) -> None:
-        """Change the limit of a bounded semaphore (must stay > 0).  Raising
-        it grants waiters that now fit; lowering it below what is held makes
-        available_permits negative; queued requests that can never fit fail
-        with ValueError."""
-        max_permits = check_new_max(max_permits, self._bounded)
-        done: list = []
+        """Change the limit, live.  ``max_permits > 0`` bounds the semaphore
+        (an unbounded one too): what is held carries over, so
+        available_permits may go negative, and queued requests larger than
+        the new limit fail with ValueError; raising it grants waiters that
+        now fit.  ``max_permits <= 0`` makes it unbounded: every queued
+        request is granted at once."""
+        m = check_new_max(max_permits)
+        done: list[_Waiter] = []
         with self._lock:
-            self._avail += max_permits - self._max
-            self._max = max_permits
-            for w in list(self._queue):
-                if w.total > max_permits:
-                    del self._queue[w]
-                    w.limit = max_permits
-                    self._leave_locked(w, W_TOO_LARGE)
-                    done.append(w)
+            old_limit = self._max if self._bounded else 0
+            self._avail += (max(0, m)) - old_limit
+            self._max = m
+            self._bounded = m > 0
+            if self._bounded:
+                for w in list(self._queue):
+                    if w.total > m:
+                        del self._queue[w]
+                        w.limit = m
+                        self._leave_locked(w, W_TOO_LARGE)
+                        done.append(w)
             check = self._process_locked(None, done)
         self._settle(check, done)
 
@@ -375,6 +737,10 @@ class AsyncSemaphore:
 
     # ---- the algorithm (mirrors plim_sem.c) -----------------------------
 
+    def _check_permit(self, permit: object) -> None:
+        if type(permit) is not SemaphorePermit or permit._sem is not self:
+            raise permit_error(permit, SemaphorePermit)
+
     def _fits_now_locked(self, need: int) -> bool:
         if not self._bounded:
             if need - self._avail > MAX_ACQUIRED:
@@ -395,27 +761,37 @@ class AsyncSemaphore:
         self._record_wait_locked(0.0)
 
     def _leave_locked(self, w: _Waiter, state: int) -> None:
+        """A waiter leaves the queue for good (the caller unlinked it)."""
         w.state = state
-        if w.permit._pending is w:
-            w.permit._pending = None
+        if w.ls is not None:
+            w.ls.nq -= 1
+        p = w.permit
+        if p is not None and p._pending is w:
+            p._pending = None
 
     def _grant_locked(self, w: _Waiter, now: float) -> None:
+        assert w.permit is not None
         self._avail -= w.need
         w.granted = w.need
         w.permit._permits += w.need
         self._leave_locked(w, W_GRANTED)
         self._record_wait_locked(max(0.0, now - w.enqueued))
 
-    def _process_locked(self, checked, done) -> Optional[_Waiter]:
+    def _process_locked(self, checked: _Waiter | None,
+                        done: list[_Waiter]) -> _Waiter | None:
         """Grant heads while they fit; stop at a head with a check that has
-        not been answered (returned: the caller asks it with no lock held)."""
+        not been answered (returned: the caller asks it with no lock held).
+        Unbounded, grant without asking, as long as nothing overflows."""
         q = self._queue
         now = None
         while q:
             h = next(iter(q))
-            if h.check is not None and h is not checked:
-                return h
-            if self._avail < h.need:
+            if self._bounded:
+                if h.check is not None and h is not checked:
+                    return h
+                if self._avail < h.need:
+                    break
+            elif h.need - self._avail > MAX_ACQUIRED:
                 break
             del q[h]
             if now is None:
@@ -425,9 +801,20 @@ class AsyncSemaphore:
             checked = None
         return None
 
-    def _settle(self, check, done) -> None:
+    def _return_permits(self, n: int) -> None:
+        """Give ``n`` permits held by no permit object back to the pool."""
+        with self._lock:
+            self._avail += n
+            if not self._queue:
+                return
+            done: list[_Waiter] = []
+            check = self._process_locked(None, done)
+        self._settle(check, done)
+
+    def _settle(self, check: _Waiter | None, done: list[_Waiter]) -> None:
         """Answer pending checks outside the lock, then wake what left the queue."""
         while check is not None:
+            assert check.check is not None
             cancelled, cause = ask_cancelled(check.check)
             with self._lock:
                 if self._queue and next(iter(self._queue)) is check:
@@ -444,44 +831,74 @@ class AsyncSemaphore:
                     check = self._process_locked(None, done)
         self._wake_all(done)
 
-    def _wake_all(self, done) -> None:
-        me = _get_ident()
+    def _wake_all(self, done: list[_Waiter]) -> None:
+        """Wake the waiters that left the queue, in order: blocking threads
+        through their lock, asyncio tasks through their loop's wake batch
+        (one call_soon per batch)."""
+        started = []
+        with self._lock:
+            for w in done:
+                if w.ls is None or w.posted:
+                    continue
+                w.posted = True
+                ls = w.ls
+                if ls.batch is None:
+                    ls.batch = [w]
+                    started.append(ls)
+                else:
+                    ls.batch.append(w)
         for w in done:
             if w.lock is not None:
                 w.lock.release()
-            elif w.thread_id == me:
-                self._set_result(w)
-            else:
-                try:
-                    w.loop.call_soon_threadsafe(self._set_result, w)
-                except RuntimeError:  # its loop is closed: nobody will take it
-                    self._revert(w)
+        for ls in started:
+            ls.schedule()
 
-    def _set_result(self, w: _Waiter) -> None:
-        fut = w.fut
-        if not fut.done():
-            try:
-                fut.set_result(None)
-            except RuntimeError:
-                self._revert(w)
+    def _repost(self, ls: _LoopState, rest: list[_Waiter]) -> None:
+        """Put the undelivered rest of a batch back in front (its runner was
+        interrupted by SystemExit/KeyboardInterrupt)."""
+        if not rest:
+            return
+        with self._lock:
+            start = ls.batch is None
+            if start:
+                ls.batch = rest
+            else:
+                ls.batch[:0] = rest   # type: ignore[index]
+        if start:
+            ls.schedule()
+
+    def _drop_batch(self, ls: _LoopState) -> None:
+        """The batch's loop is closed: give back grants nobody will take,
+        and forget the loop if nothing of it is left."""
+        with self._lock:
+            batch = ls.batch or []
+            ls.batch = None
+        for w in batch:
+            self._revert(w)
+        ls.tidy()
 
     def _revert(self, w: _Waiter) -> None:
         """Give back a grant that its requester will never take."""
-        done: list = []
+        done: list[_Waiter] = []
         check = None
         with self._lock:
             if w.state == W_GRANTED and not w.reverted:
-                w.reverted = True
-                w.permit._permits -= w.granted
-                self._avail += w.granted
-                check = self._process_locked(None, done)
+                check = self._give_back_locked(w, done)
         self._settle(check, done)
 
-    def _abandon(self, w: _Waiter, timed_out: bool) -> None:
+    def _give_back_locked(self, w: _Waiter, done: list[_Waiter]) -> _Waiter | None:
+        assert w.permit is not None
+        w.reverted = True
+        w.permit._permits -= w.granted
+        self._avail += w.granted
+        return self._process_locked(None, done)
+
+    def _abandon(self, w: _Waiter, timed_out: bool, post: bool = False) -> None:
         """The requester stops waiting (timeout, task cancel, interrupt).
-        A queued request leaves the queue; a grant that raced with a cancel
-        goes back; a grant that raced with a timeout stands."""
-        done: list = []
+        A queued request leaves the queue (``post``: and is woken first); a
+        grant that raced with a cancel goes back; a grant that raced with a
+        timeout stands."""
+        done: list[_Waiter] = []
         check = None
         with self._lock:
             if w.state == W_QUEUED:
@@ -492,22 +909,34 @@ class AsyncSemaphore:
                     self._timeout_total += 1
                 else:
                     self._cancelled_total += 1
+                if post:
+                    done.append(w)
                 if was_head:
                     check = self._process_locked(None, done)
-            elif w.state == W_GRANTED and not timed_out:
+            elif w.state == W_GRANTED and not timed_out and not w.reverted:
                 self._cancelled_total += 1
-                if not w.reverted:
-                    w.reverted = True
-                    w.permit._permits -= w.granted
-                    self._avail += w.granted
-                    check = self._process_locked(None, done)
+                check = self._give_back_locked(w, done)
         self._settle(check, done)
+
+    def _cancel_waiter(self, w: _Waiter, msg: str | None) -> bool:
+        if w.posted:
+            return False
+        self._abandon(w, False)
+        w.is_cancelled = True
+        w.cancel_msg = msg
+        self._wake_all([w])
+        return True
+
+    def _expire(self, expired: list[_Waiter]) -> None:
+        """The loop's timer: these waiters' deadlines have passed."""
+        for w in expired:
+            self._abandon(w, True, post=True)
 
     def _shrink(self, permit: SemaphorePermit, n: int) -> bool:
         """Set ``permit`` to ``n`` if that is no more than it holds (a
         release: after close too, no check) and return True; False when
         ``n`` would grow it."""
-        done: list = []
+        done: list[_Waiter] = []
         check = None
         with self._lock:
             if permit._pending is not None:
@@ -522,18 +951,21 @@ class AsyncSemaphore:
         self._settle(check, done)
         return True
 
-    def _begin(self, permit, n, timeout, is_cancelled, make_waiter):
+    def _begin(self, permit: SemaphorePermit | None, n: int,
+               timeout: float | None, is_cancelled: IsCancelled,
+               blocking: bool) -> SemaphorePermit | _Waiter:
         """Shared start of every acquire/update: returns the permit when done
         at once, or a queued _Waiter.  Raises on immediate failure."""
         cancelled, cause = False, None
         if is_cancelled is not None and self._bounded:
             cancelled, cause = ask_cancelled(is_cancelled)
         is_update = permit is not None
-        if is_update and self._shrink(permit, n):
+        if permit is not None and self._shrink(permit, n):
             return permit
+        loop = None if blocking else _get_running_loop()
         with self._lock:
-            if not is_update:
-                permit = SemaphorePermit._new(self, 0)
+            if permit is None:
+                permit = _new_permit(self, 0)
             elif permit._pending is not None or permit._permits >= n:
                 # Another thread's update of this permit ran since _shrink.
                 raise RuntimeError(MSG_UPDATE_IN_PROGRESS)
@@ -549,10 +981,23 @@ class AsyncSemaphore:
             if timeout == 0:
                 self._timeout_total += 1
                 raise timeout_zero_error()
+            if not blocking and loop is None:
+                raise no_loop_error()
+            if self._bounded and n > self._max:
+                raise too_large_error(n, self._max)
             if self._max_queue > 0 and len(self._queue) >= self._max_queue:
                 self._queue_full_total += 1
                 raise queue_full_error(self._max_queue)
-            w = make_waiter(permit, is_cancelled)
+            w = _Waiter(permit, is_cancelled)
+            if loop is None:
+                w.lock = threading.Lock()
+                w.lock.acquire()
+            else:
+                ls = self._loops.get(loop)
+                if ls is None:
+                    ls = self._loops[loop] = _LoopState(self, loop)
+                w.ls = ls
+                ls.nq += 1
             w.need = need
             w.total = n
             w.state = W_QUEUED
@@ -564,51 +1009,40 @@ class AsyncSemaphore:
 
     def _finish(self, w: _Waiter) -> SemaphorePermit:
         if w.state == W_GRANTED:
-            return w.permit
+            p = w.permit
+            assert p is not None
+            w.permit = None   # a stale deadline entry must not keep it alive
+            return p
         raise left_queue_error(w.state, w.total, w.limit, w.cause)
 
-    async def _run_async(self, permit, n, timeout, is_cancelled):
-        def make_waiter(p, check):
-            w = _Waiter(p, check)
-            loop = asyncio.get_running_loop()
-            w.loop = loop
-            w.fut = loop.create_future()
-            w.thread_id = _get_ident()
-            return w
-
-        r = self._begin(permit, n, timeout, is_cancelled, make_waiter)
+    def _acquire_slow(self, permit: SemaphorePermit | None, n: int,
+                      timeout: float | None, is_cancelled: IsCancelled
+                      ) -> Generator[Any, None, SemaphorePermit]:
+        r = self._begin(permit, n, timeout, is_cancelled, False)
         if type(r) is SemaphorePermit:
             return r
-        w = r
-        timer = None
+        w: _Waiter = r   # type: ignore[assignment]
+        assert w.ls is not None
         if timeout is not None:
-            timer = w.loop.call_later(timeout, self._on_timeout, w)
+            w.deadline = w.enqueued + timeout
+            w.ls.add_deadline(w)
         try:
-            await w.fut
+            while not w.posted:
+                w._asyncio_future_blocking = True
+                yield w
         except BaseException:
-            self._abandon(w, timed_out=False)
+            self._abandon(w, False)
             raise
-        finally:
-            if timer is not None:
-                timer.cancel()
         return self._finish(w)
 
-    def _on_timeout(self, w: _Waiter) -> None:
-        self._abandon(w, timed_out=True)
-        if w.state == W_REMOVED and not w.fut.done():
-            w.fut.set_result(None)
-
-    def _run_blocking(self, permit, n, timeout, is_cancelled):
-        def make_waiter(p, check):
-            w = _Waiter(p, check)
-            w.lock = threading.Lock()
-            w.lock.acquire()
-            return w
-
-        r = self._begin(permit, n, timeout, is_cancelled, make_waiter)
+    def _run_blocking(self, permit: SemaphorePermit | None, n: int,
+                      timeout: float | None,
+                      is_cancelled: IsCancelled) -> SemaphorePermit:
+        r = self._begin(permit, n, timeout, is_cancelled, True)
         if type(r) is SemaphorePermit:
             return r
-        w = r
+        w: _Waiter = r   # type: ignore[assignment]
+        assert w.lock is not None
         try:
             woken = w.lock.acquire(timeout=-1 if timeout is None else timeout)
         except BaseException:

@@ -1,5 +1,25 @@
 /* _plim_binding.h: the few things the Cython binding needs below Cython's reach.
- * Binding code (it includes Python.h); the core in csrc/ never does. */
+ * Binding code (it includes Python.h); the core in csrc/ never does.
+ *
+ * Invariants and locking rules
+ * ----------------------------
+ * Everything here runs with the GIL held and relies on it: the module is not
+ * declared free-threading compatible, so a free-threaded interpreter enables
+ * the GIL when it imports it, and the StopIteration cache below is compiled
+ * out where Py_GIL_DISABLED is defined (it would need one per thread).
+ *
+ * The awaitable request finishes an `await` in one of three ways, chosen by
+ * its step function (plim_advance_fn):
+ *   PLIM_STEP_YIELD   the value is what the awaiting task parks on;
+ *   PLIM_STEP_RETURN  the value is the result of the await;
+ *   PLIM_STEP_RAISE   the value is an exception instance: it is raised here,
+ *                     once, with no traceback entry of ours on top (the
+ *                     binding never raises it through its own frames).
+ * 3.10 and 3.11 drive awaitables through am_send, which returns the result
+ * directly.  From 3.12 SEND calls tp_iternext for non-generators, and a
+ * result must travel in a StopIteration; that exception is reused from a
+ * one-slot cache while nothing else holds it (see plim_raise_stop).
+ */
 #ifndef PLIM_BINDING_H
 #define PLIM_BINDING_H
 
@@ -11,8 +31,9 @@
 #  include <time.h>
 #endif
 
-/* plim_monotonic_ns: a monotonic clock for wait-time statistics.  Called on
- * slow paths only (enqueue, grant of a queued waiter). */
+/* plim_monotonic_ns: the monotonic clock of wait-time statistics and of
+ * request deadlines.  Called on slow paths only (enqueue, grants of queued
+ * waiters, timer arming). */
 static int64_t plim_monotonic_ns(void)
 {
 #ifdef _WIN32
@@ -29,68 +50,257 @@ static int64_t plim_monotonic_ns(void)
 #endif
 }
 
+enum { PLIM_STEP_YIELD = 0, PLIM_STEP_RETURN = 1, PLIM_STEP_RAISE = 2 };
+
 /* The request object's step function, defined in Cython: returns a new
- * reference (the result when *done is set, else a future to yield), or NULL
- * with an exception set. */
-typedef PyObject *(*plim_advance_fn)(PyObject *self, int *done);
+ * reference and sets *status (PLIM_STEP_*), or NULL with an exception set
+ * (an unexpected error, such as MemoryError). */
+typedef PyObject *(*plim_advance_fn)(PyObject *self, int *status);
 static plim_advance_fn plim_advance_impl = NULL;
 
-#if PY_VERSION_HEX >= 0x030A0000
-/* am_send lets `await request` finish without raising StopIteration: the
- * interpreter's SEND (3.10, 3.11) calls it through PyIter_Send and gets the
- * result directly.  From 3.12 on SEND calls tp_iternext for non-generators,
- * so this slot is unused there and __next__ does the work. */
+/* plim_raise sets exc, an exception instance (borrowed), as the exception
+ * being raised: implicit chaining as for a `raise`, no traceback entry. */
+static void plim_raise(PyObject *exc)
+{
+    PyErr_SetObject((PyObject *)Py_TYPE(exc), exc);
+}
+
+#if PY_VERSION_HEX >= 0x030C0000 && !defined(Py_GIL_DISABLED)
+#  define PLIM_STOP_CACHE 1
+/* One StopIteration, reused for every finished await while nobody else
+ * holds it.  SEND fetches the raised exception, reads its value and drops it
+ * at once, so in the common case the refcount is back to 1 (ours) before the
+ * next await finishes.
+ *
+ * Why this is safe:
+ *   - Reused only when ours is the only reference and it carries no
+ *     traceback, context, cause, notes or dict: whoever else saw it (a
+ *     sys.monitoring RAISE callback, a debugger, an `except StopIteration`
+ *     around a hand-driven next()) keeps an untouched object, and we start
+ *     a fresh one.
+ *   - `value` is an owned reference, never a borrowed one, so no holder can
+ *     meet a dangling pointer.
+ *   - It does not keep the last permit alive past its request: a request's
+ *     deallocator calls plim_stop_forget, which clears the value if it is
+ *     still its result.  (The request itself holds the same permit until
+ *     then, for `async with`.)
+ *   - The GIL makes the check-then-reuse atomic; see the file comment. */
+static PyObject *plim_stop_cache = NULL;
+
+static int plim_stop_reusable(PyObject *exc)
+{
+    PyBaseExceptionObject *e = (PyBaseExceptionObject *)exc;
+    return Py_REFCNT(exc) == 1 && e->traceback == NULL && e->context == NULL &&
+           e->cause == NULL && e->notes == NULL && e->dict == NULL;
+}
+
+static void plim_raise_stop(PyObject *value)
+{
+    PyObject *exc = plim_stop_cache;
+    if (exc == NULL || !plim_stop_reusable(exc)) {
+        /* No args: a value in args would be kept for ever. */
+        exc = PyObject_CallNoArgs(PyExc_StopIteration);
+        if (exc == NULL)
+            return;
+        Py_XSETREF(plim_stop_cache, exc);
+    }
+    PyObject *old = ((PyStopIterationObject *)exc)->value;
+    ((PyStopIterationObject *)exc)->value = Py_NewRef(value);
+    PyErr_SetRaisedException(Py_NewRef(exc));
+    /* Dropped last: if that runs code (a leaked permit's warning), the
+     * cached exception is already raised, so held twice, and is not reused
+     * underneath us. */
+    Py_XDECREF(old);
+}
+#endif
+
+/* plim_stop_forget: `value` (a permit) is no longer any request's result;
+ * if the idle cached StopIteration still carries it, let it go. */
+static void plim_stop_forget(PyObject *value)
+{
+#ifdef PLIM_STOP_CACHE
+    PyObject *exc = plim_stop_cache;
+    if (exc != NULL && Py_REFCNT(exc) == 1 &&
+        ((PyStopIterationObject *)exc)->value == value) {
+        ((PyStopIterationObject *)exc)->value = Py_NewRef(Py_None);
+        Py_DECREF(value);
+    }
+#else
+    (void)value;
+#endif
+}
+
+/* plim_return_stop finishes a next() of the request with `value`. */
+static void plim_return_stop(PyObject *value)
+{
+#ifdef PLIM_STOP_CACHE
+    plim_raise_stop(value);
+#else
+    /* An argument that is a tuple or an exception would be taken apart by
+     * PyErr_SetObject; a permit or None never is. */
+    PyErr_SetObject(PyExc_StopIteration, value);
+#endif
+}
+
+/* tp_iternext: SEND's way in from 3.12 on, and next() everywhere. */
+static PyObject *plim_iternext(PyObject *self)
+{
+    int status = PLIM_STEP_YIELD;
+    PyObject *v = plim_advance_impl(self, &status);
+    if (v == NULL || status == PLIM_STEP_YIELD)
+        return v;
+    if (status == PLIM_STEP_RAISE)
+        plim_raise(v);
+    else
+        plim_return_stop(v);
+    Py_DECREF(v);
+    return NULL;
+}
+
+/* am_send: SEND (3.10, 3.11) and PyIter_Send (asyncio.Task driving the
+ * request as a coroutine, every version) get the result without any
+ * exception. */
 static PySendResult plim_am_send(PyObject *self, PyObject *arg, PyObject **presult)
 {
-    int done = 0;
+    int status = PLIM_STEP_YIELD;
     (void)arg; /* asyncio only ever sends None into an awaitable it waits on */
-    PyObject *v = plim_advance_impl(self, &done);
+    PyObject *v = plim_advance_impl(self, &status);
     if (v == NULL) {
         *presult = NULL;
         return PYGEN_ERROR;
     }
+    if (status == PLIM_STEP_RAISE) {
+        plim_raise(v);
+        Py_DECREF(v);
+        *presult = NULL;
+        return PYGEN_ERROR;
+    }
     *presult = v;
-    return done ? PYGEN_RETURN : PYGEN_NEXT;
+    return status == PLIM_STEP_RETURN ? PYGEN_RETURN : PYGEN_NEXT;
 }
-#endif
 
-/* tp_iternext, used by SEND from 3.12 on (and by next()).  A raise of
- * StopIteration from Cython code would also record a traceback entry on every
- * finished await; setting it here costs only the exception object. */
-static PyObject *plim_iternext(PyObject *self)
+/* The completed awaitable: exhausted at once, result None, no exception. */
+static PyObject *plim_done_iternext(PyObject *self)
 {
-    int done = 0;
-    PyObject *v = plim_advance_impl(self, &done);
-    if (v == NULL || !done)
-        return v;
-    PyObject *exc = PyObject_CallOneArg(PyExc_StopIteration, v);
-    Py_DECREF(v);
-    if (exc == NULL)
-        return NULL;
-    PyErr_SetObject(PyExc_StopIteration, exc);
-    Py_DECREF(exc);
+    (void)self;
     return NULL;
 }
 
-static int plim_install_am_send(PyObject *type, plim_advance_fn fn)
+static PySendResult plim_done_am_send(PyObject *self, PyObject *arg, PyObject **presult)
+{
+    (void)self;
+    (void)arg;
+    *presult = Py_NewRef(Py_None);
+    return PYGEN_RETURN;
+}
+
+/* ---- deallocation hooks ----------------------------------------------------
+ * Installed over Cython's tp_dealloc of the permit and the request, so that
+ * the common case adds a test or two and no call: a Cython __dealloc__ would
+ * save and restore the error indicator and call out on every deallocation. */
+
+static destructor plim_permit_base_dealloc = NULL;
+static Py_ssize_t plim_permit_count_offset = 0;  /* int64_t permits held */
+static Py_ssize_t plim_permit_sem_offset = 0;    /* PyObject *semaphore */
+/* Cython: emits the ResourceWarning; gets the semaphore (kept alive by the
+ * dying permit) and the count, never the permit itself. */
+static void (*plim_permit_leaked)(PyObject *sem, int64_t n) = NULL;
+
+static void plim_permit_dealloc(PyObject *o)
+{
+    int64_t n = *(int64_t *)((char *)o + plim_permit_count_offset);
+    if (n != 0) {
+        PyObject *sem = *(PyObject **)((char *)o + plim_permit_sem_offset);
+#if PY_VERSION_HEX >= 0x030C0000
+        PyObject *exc = PyErr_GetRaisedException();
+        plim_permit_leaked(sem, n);
+        PyErr_SetRaisedException(exc);
+#else
+        PyObject *et, *ev, *tb;
+        PyErr_Fetch(&et, &ev, &tb);
+        plim_permit_leaked(sem, n);
+        PyErr_Restore(et, ev, tb);
+#endif
+    }
+    plim_permit_base_dealloc(o);
+}
+
+static destructor plim_request_base_dealloc = NULL;
+static Py_ssize_t plim_request_result_offset = 0; /* its permit: the result, once granted */
+static Py_ssize_t plim_request_lock_offset = 0;   /* a blocking wait's lock */
+static void (*plim_give_lock)(void *lock) = NULL; /* back to the binding's pool */
+
+static void plim_request_dealloc(PyObject *o)
+{
+    PyObject *result = *(PyObject **)((char *)o + plim_request_result_offset);
+    void **lock = (void **)((char *)o + plim_request_lock_offset);
+    if (result != NULL && result != Py_None)
+        plim_stop_forget(result);   /* runs no Python code */
+    if (*lock != NULL) {
+        plim_give_lock(*lock);      /* neither */
+        *lock = NULL;
+    }
+    plim_request_base_dealloc(o);
+}
+
+static int plim_install_deallocs(PyObject *permit_type, Py_ssize_t count_offset,
+                                 Py_ssize_t sem_offset,
+                                 void (*leaked)(PyObject *, int64_t),
+                                 PyObject *request_type, Py_ssize_t result_offset,
+                                 Py_ssize_t lock_offset, void (*give_lock)(void *))
+{
+    PyTypeObject *pt = (PyTypeObject *)permit_type, *rt = (PyTypeObject *)request_type;
+    plim_permit_base_dealloc = pt->tp_dealloc;
+    plim_permit_count_offset = count_offset;
+    plim_permit_sem_offset = sem_offset;
+    plim_permit_leaked = leaked;
+    pt->tp_dealloc = plim_permit_dealloc;
+    PyType_Modified(pt);
+    plim_request_base_dealloc = rt->tp_dealloc;
+    plim_request_result_offset = result_offset;
+    plim_request_lock_offset = lock_offset;
+    plim_give_lock = give_lock;
+    rt->tp_dealloc = plim_request_dealloc;
+    PyType_Modified(rt);
+    return 0;
+}
+
+/* plim_leak_check switches the permit's hook on or off (the hook's cost is
+ * measured against its absence in one process: benchmarks only). */
+static void plim_leak_check(PyObject *permit_type, int on)
+{
+    PyTypeObject *pt = (PyTypeObject *)permit_type;
+    pt->tp_dealloc = on ? plim_permit_dealloc : plim_permit_base_dealloc;
+    PyType_Modified(pt);
+}
+
+static int plim_set_slots(PyObject *type, iternextfunc next, sendfunc send)
 {
     PyTypeObject *tp = (PyTypeObject *)type;
-    plim_advance_impl = fn;
-    tp->tp_iternext = plim_iternext;
-#if PY_VERSION_HEX >= 0x030A0000
     if (tp->tp_as_async == NULL) {
         PyErr_SetString(PyExc_RuntimeError, "pylimiter: awaitable type has no tp_as_async");
         return -1;
     }
-    tp->tp_as_async->am_send = plim_am_send;
-#  ifdef Py_TPFLAGS_HAVE_AM_SEND
+    tp->tp_iternext = next;
+    tp->tp_as_async->am_send = send;
+#ifdef Py_TPFLAGS_HAVE_AM_SEND
     tp->tp_flags |= Py_TPFLAGS_HAVE_AM_SEND;
-#  endif
-    PyType_Modified(tp);
-#else
-    PyType_Modified(tp);
 #endif
+    PyType_Modified(tp);
     return 0;
+}
+
+/* plim_install_request gives the request type its step function. */
+static int plim_install_request(PyObject *type, plim_advance_fn fn)
+{
+    plim_advance_impl = fn;
+    return plim_set_slots(type, plim_iternext, plim_am_send);
+}
+
+/* plim_install_done makes a type the completed awaitable. */
+static int plim_install_done(PyObject *type)
+{
+    return plim_set_slots(type, plim_done_iternext, plim_done_am_send);
 }
 
 #endif /* PLIM_BINDING_H */

@@ -4,9 +4,40 @@ import asyncio
 import gc
 
 
-def run(coro, timeout=30):
-    """Run a coroutine on a fresh loop, bounded in time."""
-    return asyncio.run(asyncio.wait_for(coro, timeout))
+def run(coro, timeout=30, loop="asyncio"):
+    """Run a coroutine on a fresh loop ("asyncio" or "uvloop"), bounded in
+    time."""
+    if loop == "asyncio":
+        return asyncio.run(asyncio.wait_for(coro, timeout))
+    import uvloop
+
+    lp = uvloop.new_event_loop()
+    try:
+        return lp.run_until_complete(asyncio.wait_for(coro, timeout))
+    finally:   # as asyncio.run: cancel what is left, then close
+        lp.run_until_complete(_drain())
+        lp.close()
+
+
+async def _drain():
+    left = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+    for t in left:
+        t.cancel()
+    await asyncio.gather(*left, return_exceptions=True)
+    await asyncio.get_running_loop().shutdown_asyncgens()
+
+
+async def settle(n=5):
+    """Let the loop run a few rounds (queued requests join, wakes land)."""
+    for _ in range(n):
+        await asyncio.sleep(0)
+
+
+def release_all(sem, live_permits):
+    """Check the books with these permits held, then give them all back."""
+    check_invariant(sem, live_permits)
+    for p in live_permits:
+        sem.release(p)
 
 
 def check_invariant(sem, live_permits):

@@ -11,6 +11,7 @@ import gc
 import pytest
 
 from pylimiter._impls import C, PY, LimiterImplementation
+from tests._helpers import run
 
 
 def pytest_addoption(parser):
@@ -70,6 +71,20 @@ def make_sem(mod):
             assert sem.available_permits == sem.max_permits - sem.acquired_permits
 
 
+
+
+@pytest.fixture(params=["asyncio", "uvloop"])
+def arun(request):
+    """Run a coroutine on a fresh event loop, default and uvloop (skipped
+    where uvloop is not installed): ``arun(coro, timeout=30)``."""
+    if request.param == "uvloop":
+        pytest.importorskip("uvloop")
+
+    def runner(coro, timeout=30):
+        return run(coro, timeout, loop=request.param)
+
+    runner.loop = request.param
+    return runner
 
 
 @pytest.fixture(scope="session")

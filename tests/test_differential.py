@@ -9,7 +9,7 @@ import random
 
 import pytest
 
-from pylimiter._impls import C, PY
+from pylimiter._impls import PY, C
 
 pytestmark = pytest.mark.c_extension
 
@@ -28,7 +28,7 @@ async def _trace(mod, seed: int, steps: int = 150):
     rnd = random.Random(seed)
     sem = mod.AsyncSemaphore(10, max_queue_size=6, timeout=None)
     other = mod.AsyncSemaphore(10)
-    other_unbounded = mod.AsyncSemaphore(0)
+    foreign = other.try_acquire(1)
     log = []
     tasks = {}     # id -> task
     permits = {}   # id -> permit (granted)
@@ -100,16 +100,18 @@ async def _trace(mod, seed: int, steps: int = 150):
         elif op == "flag" and flags:
             flags[rnd.choice(sorted(flags))] = True
         elif op == "max":
-            sem.set_max_permits(rnd.randint(4, 14))
+            # The live switch too: <= 0 is unbounded (grants every queued
+            # request); a later bound carries over what is held.
+            sem.set_max_permits(rnd.choice([0, -1, *range(4, 15)]))
         elif op == "misuse":
             # Every argument check, on both twins: same type, same text.
             bad = rnd.choice([
                 lambda: sem.acquire(-1), lambda: sem.acquire(True), lambda: sem.acquire(99),
                 lambda: sem.acquire(1.5), lambda: sem.acquire(1, timeout=-1),
                 lambda: sem.acquire(1, timeout="1"), lambda: sem.acquire(1, is_cancelled=3),
-                lambda: sem.release(other.try_acquire(1)), lambda: sem.release(object()),
-                lambda: sem.set_max_permits(0), lambda: sem.set_max_permits(2**61),
-                lambda: sem.set_max_permits(None), lambda: other_unbounded.set_max_permits(3),
+                lambda: sem.release(foreign), lambda: sem.release(object()),
+                lambda: sem.set_max_permits(1.5), lambda: sem.set_max_permits(2**61),
+                lambda: sem.set_max_permits(None), lambda: sem.set_max_permits(True),
                 lambda: mod.AsyncSemaphore(2**61), lambda: mod.AsyncSemaphore(1, None),
                 lambda: mod.AsyncSemaphore("1"), lambda: sem.try_acquire(2**62),
             ])
@@ -120,12 +122,13 @@ async def _trace(mod, seed: int, steps: int = 150):
             else:
                 log.append(("misuse-accepted",))
         await _settle()
-        log.append(("state", sem.available_permits, sem.acquired_permits,
-                    sem.queue_size))
+        log.append(("state", sem.max_permits, sem.available_permits,
+                    sem.acquired_permits, sem.queue_size, sem.locked()))
     sem.close()
     await _settle()
     for p in permits.values():
         sem.release(p)
+    other.release(foreign)
     st = sem.stats()
     log.append(("end", sem.acquired_permits, st.acquired_total, st.cancelled_total,
                 st.queue_full_total, st.timeout_total))

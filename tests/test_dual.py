@@ -68,9 +68,11 @@ def test_bad_arguments(mod):
     p = other.acquire_blocking(1, HEAP)
     with pytest.raises(TypeError):
         lim.release(p)
+    raw = other.get_limiter(HEAP).try_acquire(1)
     with pytest.raises(TypeError):
-        lim.update(other.get_limiter(HEAP).try_acquire(1), 2)
+        lim.update(raw, 2)
     other.release(p)
+    other.get_limiter(HEAP).release(raw)
 
 
 def test_close_closes_both(mod):

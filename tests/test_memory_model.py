@@ -1,6 +1,7 @@
-"""The Relacy model of the core's acquire/release/wake handoff
-(tests/model/plim_relacy.cpp): the faithful model passes, and each
-deliberately weakened build fails, which shows the check can fail."""
+"""The Relacy model of the core's acquire/release/wake handoff and of the
+live bounded/unbounded switch (tests/model/plim_relacy.cpp): the faithful
+model passes, and each deliberately weakened build fails, which shows the
+check can fail."""
 
 from __future__ import annotations
 
@@ -36,13 +37,16 @@ def run(exe: Path, *args: str) -> subprocess.CompletedProcess:
 def test_model_passes(tmp_path, args):
     out = run(build(tmp_path, 0), *args)
     assert out.returncode == 0, out.stdout[-3000:]
+    assert "(handoff)" in out.stdout and "(switch)" in out.stdout
     assert "model check: PASSED" in out.stdout
 
 
 @pytest.mark.parametrize(
     "weaken, verdict",
-    [(1, "DATA RACE"), (2, "DATA RACE"), (3, "DATA RACE"), (4, "DEADLOCK")],
-    ids=["try_acquire-relaxed", "release-relaxed", "grant-relaxed", "release-ignores-queue"],
+    [(1, "DATA RACE"), (2, "DATA RACE"), (3, "DATA RACE"), (4, "DEADLOCK"),
+     (5, "USER ASSERT FAILED"), (6, "DEADLOCK")],
+    ids=["try_acquire-relaxed", "release-relaxed", "grant-relaxed", "release-ignores-queue",
+         "mode-beside-the-word", "unbounded-switch-leaves-queue"],
 )
 def test_weakened_model_fails(tmp_path, weaken, verdict):
     out = run(build(tmp_path, weaken), "300000")

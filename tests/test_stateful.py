@@ -28,6 +28,8 @@ def make_machine(mod):
         def teardown(self):
             self.sem.close()
             self.step()
+            for p in self.permits.values():
+                self.sem.release(p)
             self.loop.close()
 
         def step(self):
@@ -41,22 +43,26 @@ def make_machine(mod):
                     if not t.cancelled() and t.exception() is None:
                         self.permits[i] = t.result()
 
+        @property
+        def bounded(self):
+            return self.max > 0
+
         def process(self):
-            while self.queue and self.avail >= self.queue[0][1]:
+            while self.queue and (not self.bounded or self.avail >= self.queue[0][1]):
                 i, n = self.queue.pop(0)
                 self.avail -= n
                 self.held[i] = n
 
         @rule(n=st.integers(0, 8))
         def acquire(self, n):
-            if n > self.max:
+            if self.bounded and n > self.max:
                 with pytest.raises(ValueError):
                     self.sem.acquire(n)
                 return
             i = self.next
             self.next += 1
             self.tasks[i] = self.loop.create_task(self._acq(n))
-            if n == 0 or (not self.queue and self.avail >= n):
+            if n == 0 or not self.bounded or (not self.queue and self.avail >= n):
                 self.avail -= n
                 self.held[i] = n
             else:
@@ -85,18 +91,25 @@ def make_machine(mod):
                 self.process()
             self.step()
 
-        @rule(m=st.integers(1, 12))
+        @rule(m=st.integers(-2, 12))
         def set_max(self, m):
+            # The live switch too: m <= 0 is unbounded (grants every queued
+            # request), m > 0 bounds it again with what is held carried over.
             self.sem.set_max_permits(m)
-            self.avail += m - self.max
+            self.avail += max(m, 0) - (self.max if self.bounded else 0)
             self.max = m
-            self.queue = [(i, n) for i, n in self.queue if n <= m]
+            if self.bounded:
+                self.queue = [(i, n) for i, n in self.queue if n <= m]
             self.process()
             self.step()
 
         @invariant()
         def matches_model(self):
-            assert self.sem.available_permits == self.avail
+            assert self.sem.max_permits == self.max
+            if self.bounded:
+                assert self.sem.available_permits == self.avail
+            else:
+                assert self.sem.available_permits == 2**63 - 1
             assert self.sem.queue_size == len(self.queue)
             assert self.sem.acquired_permits == sum(self.held.values())
             assert set(self.permits) == set(self.held)

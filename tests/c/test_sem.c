@@ -215,12 +215,119 @@ static void test_set_max(void)
     CHECK_EQ(plim_set_max(&s, 7, &b), PLIM_OK);
     CHECK(plim_batch_pop(&b) == &c);
     CHECK_EQ(plim_available(&s), 0);
-    CHECK_EQ(plim_set_max(&s, 0, &b), -1);
+    /* Out of range: nothing changes. */
+    CHECK_EQ(plim_set_max(&s, PLIM_MAX_PERMITS + 1, &b), -1);
+    CHECK_EQ(plim_max(&s), 7);
+    CHECK_EQ(plim_available(&s), 0);
+    /* A request checked against the old limit and queued after a lowering
+     * fails at once instead of waiting for ever. */
+    CHECK_EQ(plim_set_max(&s, 2, &b), PLIM_OK);
+    plim_waiter_init(&d, 0);
+    CHECK_EQ(plim_enqueue(&s, &d, 3, 3), PLIM_TOO_LARGE);
+    CHECK_EQ(d.state, PLIM_W_IDLE);
+    CHECK_EQ(plim_queue_len(&s), 0);
     plim_sem_destroy(&s);
+}
+
+static void test_switch_to_unbounded_grants_everyone(void)
+{
+    plim_sem_t s;
+    plim_batch_t b;
+    plim_waiter_t w[3];
+    plim_sem_init(&s, 4, 0);
+    plim_batch_init(&b);
+    CHECK(plim_bounded(&s));
+    CHECK_EQ(plim_try_acquire(&s, 3), PLIM_OK);
+    plim_waiter_init(&w[0], 0);
+    plim_waiter_init(&w[1], 1); /* a check is not asked when unbounded */
+    plim_waiter_init(&w[2], 0);
+    CHECK_EQ(plim_enqueue(&s, &w[0], 4, 4), PLIM_QUEUED);
+    CHECK_EQ(plim_enqueue(&s, &w[1], 2, 2), PLIM_QUEUED);
+    CHECK_EQ(plim_enqueue(&s, &w[2], 1, 1), PLIM_QUEUED);
+    CHECK_EQ(plim_set_max(&s, 0, &b), PLIM_OK);
+    CHECK(!plim_bounded(&s));
+    CHECK(b.check == NULL);
+    for (int i = 0; i < 3; i++) {
+        CHECK(plim_batch_pop(&b) == &w[i]); /* FIFO */
+        CHECK_EQ(w[i].state, PLIM_W_GRANTED);
+    }
+    CHECK_EQ(plim_queue_len(&s), 0);
+    CHECK_EQ(plim_acquired(&s), 3 + 4 + 2 + 1);
+    CHECK_EQ(plim_available(&s), -10);
+    CHECK_EQ(plim_max(&s), 0);
+    /* The fast path is open again (QUEUED cleared) and takes anything. */
+    CHECK_EQ(plim_try_acquire(&s, 100), PLIM_OK);
+    plim_release(&s, 110, &b);
+    CHECK_EQ(plim_acquired(&s), 0);
+    plim_sem_destroy(&s);
+}
+
+static void test_switch_to_bounded_carries_what_is_held(void)
+{
+    plim_sem_t s;
+    plim_batch_t b;
+    plim_waiter_t w;
+    plim_sem_init(&s, -3, 0);
+    plim_batch_init(&b);
+    CHECK(!plim_bounded(&s));
+    CHECK_EQ(plim_try_acquire(&s, 50), PLIM_OK);
+    CHECK_EQ(plim_set_max(&s, 20, &b), PLIM_OK);
+    CHECK(plim_bounded(&s));
+    CHECK_EQ(plim_max(&s), 20);
+    CHECK_EQ(plim_acquired(&s), 50);
+    CHECK_EQ(plim_available(&s), -30);
+    CHECK_EQ(plim_try_acquire(&s, 1), PLIM_EMPTY);
+    plim_waiter_init(&w, 0);
+    CHECK_EQ(plim_enqueue(&s, &w, 5, 5), PLIM_QUEUED);
+    plim_release(&s, 34, &b); /* avail 4: still short */
+    CHECK(b.done_head == NULL);
+    plim_release(&s, 1, &b); /* avail 5 */
+    CHECK(plim_batch_pop(&b) == &w);
+    CHECK_EQ(plim_available(&s), 0);
+    /* Back and forth: the accounting survives every switch. */
+    CHECK_EQ(plim_set_max(&s, 0, &b), PLIM_OK);
+    CHECK_EQ(plim_acquired(&s), 20);
+    CHECK_EQ(plim_set_max(&s, 7, &b), PLIM_OK);
+    CHECK_EQ(plim_available(&s), -13);
+    plim_release(&s, 20, &b);
+    CHECK_EQ(plim_available(&s), 7);
+    CHECK_EQ(plim_acquired(&s), 0);
+    plim_sem_destroy(&s);
+}
+
+static void test_switch_extremes_fit_the_word(void)
+{
+    plim_sem_t s;
+    plim_batch_t b;
+    plim_waiter_t w;
     plim_sem_init(&s, 0, 0);
-    CHECK_EQ(plim_set_max(&s, 5, &b), -1);
+    plim_batch_init(&b);
+    CHECK_EQ(plim_try_acquire(&s, PLIM_MAX_ACQUIRED), PLIM_OK);
+    CHECK_EQ(plim_try_acquire(&s, 1), PLIM_OVERFLOW);
+    CHECK_EQ(plim_set_max(&s, 1, &b), PLIM_OK);
+    CHECK_EQ(plim_available(&s), 1 - PLIM_MAX_ACQUIRED);
+    CHECK_EQ(plim_acquired(&s), PLIM_MAX_ACQUIRED);
+    CHECK_EQ(plim_set_max(&s, PLIM_MAX_PERMITS, &b), PLIM_OK);
+    CHECK_EQ(plim_available(&s), PLIM_MAX_PERMITS - PLIM_MAX_ACQUIRED);
+    plim_release(&s, PLIM_MAX_ACQUIRED, &b);
+    CHECK_EQ(plim_available(&s), PLIM_MAX_PERMITS);
+    /* Switching to unbounded while a waiter would overflow: it stays
+     * queued (I5) until releases make room, then is granted. */
+    CHECK_EQ(plim_try_acquire(&s, PLIM_MAX_PERMITS), PLIM_OK);
+    plim_waiter_init(&w, 0);
+    CHECK_EQ(plim_enqueue(&s, &w, 5, 5), PLIM_QUEUED);
+    CHECK_EQ(plim_set_max(&s, 0, &b), PLIM_OK);
+    CHECK(b.done_head == NULL);
+    CHECK_EQ(plim_queue_len(&s), 1);
+    plim_release(&s, 4, &b);
+    CHECK(b.done_head == NULL);
+    plim_release(&s, 1, &b);
+    CHECK(plim_batch_pop(&b) == &w);
+    CHECK_EQ(plim_queue_len(&s), 0);
+    CHECK_EQ(plim_acquired(&s), PLIM_MAX_PERMITS);
+    plim_release(&s, PLIM_MAX_PERMITS, &b);
+    CHECK_EQ(plim_acquired(&s), 0);
     plim_sem_destroy(&s);
-    (void)d;
 }
 
 static void test_release_growing(void)
@@ -255,12 +362,15 @@ static void test_unbounded(void)
     plim_sem_init(&s, 0, 0);
     plim_batch_init(&b);
     plim_waiter_init(&w, 0);
-    CHECK_EQ(plim_try_acquire(&s, PLIM_MAX_PERMITS), PLIM_OK);
-    CHECK_EQ(plim_enqueue(&s, &w, PLIM_MAX_PERMITS, PLIM_MAX_PERMITS), PLIM_OK);
-    CHECK_EQ(plim_acquired(&s), 2 * PLIM_MAX_PERMITS);
+    CHECK_EQ(plim_try_acquire(&s, PLIM_MAX_PERMITS - 10), PLIM_OK);
+    CHECK_EQ(plim_enqueue(&s, &w, 10, 10), PLIM_OK);
+    CHECK_EQ(plim_acquired(&s), PLIM_MAX_ACQUIRED);
     CHECK_EQ(plim_try_acquire(&s, 2), PLIM_OVERFLOW);
-    plim_release(&s, 2 * PLIM_MAX_PERMITS, &b);
+    plim_waiter_init(&w, 0);
+    CHECK_EQ(plim_enqueue(&s, &w, 1, 1), PLIM_OVERFLOW);
+    plim_release(&s, PLIM_MAX_ACQUIRED, &b);
     CHECK_EQ(plim_acquired(&s), 0);
+    plim_sem_destroy(&s);
     CHECK_EQ(plim_sem_init(&s, PLIM_MAX_PERMITS + 1, 0), -1);
 }
 
@@ -274,6 +384,9 @@ int main(void)
     RUN(test_check_protocol);
     RUN(test_close_fails_waiters_release_still_works);
     RUN(test_set_max);
+    RUN(test_switch_to_unbounded_grants_everyone);
+    RUN(test_switch_to_bounded_carries_what_is_held);
+    RUN(test_switch_extremes_fit_the_word);
     RUN(test_release_growing);
     RUN(test_unbounded);
     TEST_EXIT();

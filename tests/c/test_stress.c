@@ -10,6 +10,10 @@
  * Checked throughout: the permits held (by a separate atomic tally) never
  * exceed the limit.  Checked at the end: every permit is back, the queue is
  * empty, and grants + failures add up to the requests made.
+ *
+ * test_switch_under_load runs the same workers while another thread keeps
+ * switching the limit live (unbounded, tight, loose, below the largest
+ * request): nothing may be lost or left queued across the switches.
  * Build plain, with -fsanitize=thread and with -fsanitize=address,undefined.
  */
 #define _POSIX_C_SOURCE 200809L
@@ -146,9 +150,20 @@ static void *worker(void *arg)
     return NULL;
 }
 
+static void reset_counters(void)
+{
+    atomic_store(&held, 0);
+    atomic_store(&max_seen, 0);
+    atomic_store(&grants, 0);
+    atomic_store(&failures, 0);
+    atomic_store(&requests, 0);
+    atomic_store(&queued, 0);
+}
+
 static void test_stress(void)
 {
     pthread_t th[STRESS_THREADS];
+    reset_counters();
     CHECK_EQ(plim_sem_init(&sem, LIMIT, 0), PLIM_OK);
     for (int i = 0; i < STRESS_THREADS; i++) {
         pthread_mutex_init(&slots[i].m, NULL);
@@ -169,6 +184,60 @@ static void test_stress(void)
            STRESS_THREADS, STRESS_ITERS, (long long)atomic_load(&grants),
            (long long)atomic_load(&queued),
            (long long)atomic_load(&failures), (long long)atomic_load(&max_seen));
+    plim_sem_destroy(&sem);
+}
+
+static _Atomic int switching;
+static _Atomic long long switches;
+
+static void *switcher(void *arg)
+{
+    unsigned seed = 99;
+    plim_batch_t b;
+    (void)arg;
+    plim_batch_init(&b);
+    /* 3 is below the largest request (4): those fail with TOO_LARGE. */
+    static const int64_t limits[] = {0, LIMIT, 3, 2 * LIMIT, -1, 1, LIMIT};
+    while (atomic_load(&switching)) {
+        int64_t m = limits[rnd(&seed) % (sizeof limits / sizeof limits[0])];
+        CHECK_EQ(plim_set_max(&sem, m, &b), PLIM_OK);
+        settle(&b, &seed);
+        atomic_fetch_add(&switches, 1);
+        sched_yield();
+    }
+    return NULL;
+}
+
+static void test_switch_under_load(void)
+{
+    pthread_t th[STRESS_THREADS], sw;
+    plim_batch_t b;
+    unsigned seed = 5;
+    reset_counters();
+    plim_batch_init(&b);
+    CHECK_EQ(plim_sem_init(&sem, LIMIT, 0), PLIM_OK);
+    atomic_store(&switching, 1);
+    pthread_create(&sw, NULL, switcher, NULL);
+    for (int i = 0; i < STRESS_THREADS; i++) {
+        slots[i].seed = 4321u + (unsigned)i * 104729u;
+        pthread_create(&th[i], NULL, worker, &slots[i]);
+    }
+    for (int i = 0; i < STRESS_THREADS; i++)
+        pthread_join(th[i], NULL);
+    atomic_store(&switching, 0);
+    pthread_join(sw, NULL);
+    /* Whatever mode it was left in, the accounting is exact. */
+    CHECK_EQ(plim_acquired(&sem), 0);
+    CHECK_EQ(plim_queue_len(&sem), 0);
+    CHECK_EQ(plim_set_max(&sem, LIMIT, &b), PLIM_OK);
+    settle(&b, &seed);
+    CHECK_EQ(plim_available(&sem), LIMIT);
+    CHECK_EQ(atomic_load(&held), 0);
+    CHECK_EQ(atomic_load(&grants) + atomic_load(&failures), atomic_load(&requests));
+    CHECK(atomic_load(&switches) > 0);
+    printf("switch: %lld switches, grants=%lld queued=%lld failures=%lld\n",
+           (long long)atomic_load(&switches), (long long)atomic_load(&grants),
+           (long long)atomic_load(&queued), (long long)atomic_load(&failures));
     plim_sem_destroy(&sem);
 }
 
@@ -216,6 +285,7 @@ static void test_close_wakes_all_waiters(void)
 int main(void)
 {
     RUN(test_stress);
+    RUN(test_switch_under_load);
     RUN(test_close_wakes_all_waiters);
     TEST_EXIT();
 }

@@ -1,0 +1,114 @@
+"""The cost-free parts of an await, pinned: a failed request raises once with
+no frame of the binding in its traceback; ``async with`` exits through an
+already-completed awaitable, not a coroutine; from 3.12 the C await reuses
+one StopIteration while nobody else holds it, and never touches one that is
+held."""
+
+from __future__ import annotations
+
+import inspect
+import sys
+import traceback
+
+import pytest
+
+from pylimiter import PermitAcquireTimeoutError
+from pylimiter._impls import C
+from tests._helpers import run
+
+
+def test_aexit_returns_a_completed_awaitable(make_sem):
+    sem = make_sem(2)
+
+    async def main():
+        req = sem.acquire(1)
+        permit = await req.__aenter__()
+        exit_awaitable = req.__aexit__(None, None, None)
+        assert not inspect.iscoroutine(exit_awaitable)
+        assert sem.acquired_permits == 0          # released by the call itself
+        assert await exit_awaitable is None
+        assert permit.permits == 0
+        await sem.__aenter__()
+        anon_exit = sem.__aexit__(None, None, None)
+        assert not inspect.iscoroutine(anon_exit)
+        assert await anon_exit is None
+        assert sem.acquired_permits == 0
+
+    run(main())
+
+
+@pytest.mark.c_extension
+def test_timeout_is_raised_once_without_binding_frames():
+    sem = C.module.AsyncSemaphore(1)
+
+    async def main():
+        held = await sem.acquire(1)
+        try:
+            await sem.acquire(1, timeout=0.01)
+        except PermitAcquireTimeoutError as exc:
+            frames = traceback.extract_tb(exc.__traceback__)
+            assert exc.__context__ is None
+        else:   # pragma: no cover - the test fails below
+            frames = None
+        sem.release(held)
+        return frames
+
+    frames = run(main())
+    assert frames is not None
+    assert [f.name for f in frames] == ["main"]   # ours raised it, from C
+
+
+needs_312 = pytest.mark.skipif(sys.version_info < (3, 12),
+                               reason="3.10/3.11 return through am_send, no StopIteration")
+
+
+@pytest.mark.c_extension
+@needs_312
+def test_await_reuses_one_stopiteration():
+    sem = C.module.AsyncSemaphore(10)
+    seen = []
+    mon = sys.monitoring
+    tool = mon.PROFILER_ID
+
+    def on_raise(code, offset, exc):
+        if isinstance(exc, StopIteration) and type(exc.value).__name__ == "SemaphorePermit":
+            seen.append(id(exc))   # no reference kept
+
+    async def main():
+        for _ in range(50):
+            sem.release(await sem.acquire(1))
+
+    mon.use_tool_id(tool, "pylimiter-test")
+    try:
+        mon.register_callback(tool, mon.events.RAISE, on_raise)
+        mon.set_events(tool, mon.events.RAISE)
+        run(main())
+    finally:
+        mon.set_events(tool, 0)
+        mon.register_callback(tool, mon.events.RAISE, None)
+        mon.free_tool_id(tool)
+    assert len(seen) == 50
+    assert len(set(seen[1:])) == 1      # one object, reused (the first may be new)
+
+
+@pytest.mark.c_extension
+@needs_312
+def test_a_held_stopiteration_is_never_reused():
+    sem = C.module.AsyncSemaphore(10)
+
+    def finish():
+        it = sem.acquire(1).__await__()
+        try:
+            next(it)
+        except StopIteration as exc:
+            return exc
+        raise AssertionError("not granted at once")
+
+    first = finish()
+    p1 = first.value
+    second = finish()
+    assert second is not first and first.value is p1
+    p2 = second.value
+    assert p2 is not p1 and p2.permits == 1
+    sem.release(p1)
+    sem.release(p2)
