@@ -148,7 +148,9 @@ def write_outputs(rows: list[dict], env: dict, out: Path) -> Path:
         "(no mark: no target for that Python).  x faster = anchor's time / "
         "pylimiter's; cost = (pylimiter - baseline) / (anchor - baseline), lower "
         "is better; x slower = pylimiter's time / anchor's.  Extremes and ns/op of "
-        "every side are in `figures.csv`.",
+        "every side are in `figures.csv`.  A negative cost means pylimiter's "
+        "side took less time than the baseline itself (its timed-out waiters "
+        "share one timer; the baseline's sleeping tasks have one each).",
         "",
         "| figure | loop | target | " + " | ".join(f"{v} ({full[v]})" for v in versions) + " |",
         "|---|---|---|" + "---|" * len(versions),

@@ -113,7 +113,9 @@ def html_table(rows, columns: Optional[Sequence[str]] = None, floats: str = "{:.
         columns = list(columns or [])
     if not body:
         return "<p class='none'>(none)</p>"
-    head = "".join(f"<th>{html.escape(str(c))}</th>" for c in columns)
+    # long snake_case names may break after an underscore, so wide tables
+    # fit the page instead of scrolling
+    head = "".join(f"<th>{html.escape(str(c)).replace('_', '_<wbr>')}</th>" for c in columns)
     out = []
     for r in body:
         cells = []
@@ -137,9 +139,9 @@ overflow-wrap:anywhere}} .env td:first-child{{white-space:nowrap}} .env td:first
 code,pre{{font-family:ui-monospace,Menlo,Consolas,monospace;font-size:13px}}
 pre{{background:#f6f8fa;padding:8px 12px;overflow-x:auto;white-space:pre-wrap}}
 .scroll{{overflow-x:auto;max-width:100%}}
-table{{border-collapse:collapse;font-size:13px;margin:8px 0}}
-td,th{{border:1px solid #ccc;padding:3px 8px;text-align:right;white-space:nowrap}}
-th{{background:#eee}} td.l{{text-align:left}}
+table{{border-collapse:collapse;font-size:12px;margin:8px 0}}
+td,th{{border:1px solid #ccc;padding:2px 5px;text-align:right;white-space:nowrap}}
+th{{background:#eee;white-space:normal;vertical-align:bottom;min-width:3em}} td.l{{text-align:left}}
 figure{{margin:12px 0}} img{{max-width:100%;height:auto;border:1px solid #eee}}
 figcaption{{color:#555;font-size:13px}}
 """

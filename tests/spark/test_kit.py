@@ -83,6 +83,8 @@ def test_html_table_rounds_escapes_and_blanks_nan():
     assert "<td></td>" in t and "∞" in t
     assert report.html_table([], ["a"]) == "<p class='none'>(none)</p>"
     assert "<th>a</th>" in report.html_table([(1,)], ["a"])
+    # a long snake_case header may wrap after its underscores
+    assert "<th>p99_<wbr>wait</th>" in report.html_table([(1,)], ["p99_wait"])
 
 
 def test_report_page_has_environment_verdict_figures_and_tables(tmp_path):
