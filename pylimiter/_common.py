@@ -124,6 +124,7 @@ MSG_UPDATE_IN_PROGRESS = "pylimiter: permit already has an update in progress"
 MSG_FOREIGN_PERMIT = "pylimiter: the permit belongs to another semaphore"
 MSG_NOT_A_PERMIT = "pylimiter: expected a SemaphorePermit, not {}"
 MSG_TOO_LARGE = "Requested permits={} is larger than max_permits={}"
+MSG_WAKE_CALLBACK_FAILED = "pylimiter: exception in a wake-up callback"
 MSG_NO_LOOP = (
     "pylimiter: a request that has to wait needs a running asyncio event loop "
     "(asyncio or uvloop); from a thread use acquire_blocking(); other event "

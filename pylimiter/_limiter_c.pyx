@@ -382,7 +382,7 @@ cdef class _LoopState:
                     raise
                 except BaseException as exc:
                     self.loop.call_exception_handler({
-                        "message": "pylimiter: exception in a wake-up callback",
+                        "message": contract.MSG_WAKE_CALLBACK_FAILED,
                         "exception": exc,
                         "future": w,
                     })

@@ -38,6 +38,7 @@ from ._common import (
     MSG_ANON_EXIT,
     MSG_PERMIT_NOT_CONSTRUCTIBLE,
     MSG_UPDATE_IN_PROGRESS,
+    MSG_WAKE_CALLBACK_FAILED,
     TIMEOUT_NOT_GIVEN,
     UNBOUNDED_AVAILABLE,
     W_CANCELLED,
@@ -314,7 +315,7 @@ class _LoopState:
                 raise
             except BaseException as exc:
                 self.loop.call_exception_handler({
-                    "message": "pylimiter: exception in a wake-up callback",
+                    "message": MSG_WAKE_CALLBACK_FAILED,
                     "exception": exc,
                     "future": w,
                 })

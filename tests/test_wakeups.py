@@ -213,6 +213,7 @@ def test_failing_wake_callback_does_not_lose_the_others(make_sem):
     asyncio.run(main())
     assert len(reported) == 1
     assert isinstance(reported[0]["exception"], KeyError)
+    assert reported[0]["message"] == "pylimiter: exception in a wake-up callback"
 
 
 def test_grant_to_a_closed_loop_goes_back(make_sem):

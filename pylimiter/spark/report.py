@@ -9,8 +9,10 @@ server and no JavaScript, and fit a 1400 px wide window.
 from __future__ import annotations
 
 import datetime as _dt
+import decimal
 import html
 import math
+import numbers
 import os
 import platform
 import subprocess
@@ -91,6 +93,11 @@ def environment(spark_version: Optional[str] = None, **extra) -> dict:
 def _cell(v, floats: str) -> str:
     if v is None:
         return ""
+    # Spark's decimals and numpy's scalars print as their Python kin
+    if isinstance(v, numbers.Integral) and not isinstance(v, (int, bool)):
+        v = int(v)
+    elif isinstance(v, (decimal.Decimal, numbers.Real)) and not isinstance(v, (int, float)):
+        v = float(v)
     if isinstance(v, float):
         if math.isnan(v):
             return ""
@@ -115,7 +122,11 @@ def html_table(rows, columns: Optional[Sequence[str]] = None, floats: str = "{:.
         return "<p class='none'>(none)</p>"
     # long snake_case names may break after an underscore, so wide tables
     # fit the page instead of scrolling
-    head = "".join(f"<th>{html.escape(str(c)).replace('_', '_<wbr>')}</th>" for c in columns)
+    left = " class='l'"   # text columns: header aligned with its cells
+    head = "".join(
+        f"<th{left if isinstance(first, str) else ''}>"
+        f"{html.escape(str(c)).replace('_', '_<wbr>')}</th>"
+        for c, first in zip(columns, body[0]))
     out = []
     for r in body:
         cells = []
@@ -141,7 +152,7 @@ pre{{background:#f6f8fa;padding:8px 12px;overflow-x:auto;white-space:pre-wrap}}
 .scroll{{overflow-x:auto;max-width:100%}}
 table{{border-collapse:collapse;font-size:12px;margin:8px 0}}
 td,th{{border:1px solid #ccc;padding:2px 5px;text-align:right;white-space:nowrap}}
-th{{background:#eee;white-space:normal;vertical-align:bottom;min-width:3em}} td.l{{text-align:left}}
+th{{background:#eee;white-space:normal;vertical-align:bottom;min-width:3em}} td.l,th.l{{text-align:left}}
 figure{{margin:12px 0}} img{{max-width:100%;height:auto;border:1px solid #eee}}
 figcaption{{color:#555;font-size:13px}}
 """

@@ -4,6 +4,7 @@ session adoption, table writing, progress counting and the report page."""
 from __future__ import annotations
 
 import csv
+import decimal
 import math
 import socket
 
@@ -85,6 +86,13 @@ def test_html_table_rounds_escapes_and_blanks_nan():
     assert "<th>a</th>" in report.html_table([(1,)], ["a"])
     # a long snake_case header may wrap after its underscores
     assert "<th>p99_<wbr>wait</th>" in report.html_table([(1,)], ["p99_wait"])
+    # Spark's decimals (an avg over a decimal column) and numpy scalars are
+    # rounded like floats; a text column's header lines up with its cells
+    np = pytest.importorskip("numpy")
+    t = report.html_table([("a", decimal.Decimal("68.392000"), decimal.Decimal("246.057000"),
+                            np.float32(0.5), np.int64(1234))], ["name", "d", "big", "f", "i"])
+    assert "<td>68.39</td>" in t and "<td>246</td>" in t and "<td>0.50</td>" in t
+    assert "<td>1,234</td>" in t and "<th class='l'>name</th>" in t and "<th>d</th>" in t
 
 
 def test_report_page_has_environment_verdict_figures_and_tables(tmp_path):
