@@ -2,6 +2,9 @@
 
 import asyncio
 import gc
+import os
+import subprocess
+import sys
 
 
 def run(coro, timeout=30, loop="asyncio"):
@@ -48,3 +51,12 @@ def check_invariant(sem, live_permits):
         assert sem.available_permits == sem.max_permits - sem.acquired_permits
     else:
         assert sem.available_permits == 2**63 - 1
+
+
+def run_module(module, *args, timeout=120):
+    """``python -m module args`` in a subprocess, output captured as text.
+    PYLIMITER_NO_EXTENSIONS is not passed on: the command runs as a user
+    would run it, on the compiled extension."""
+    env = {k: v for k, v in os.environ.items() if k != "PYLIMITER_NO_EXTENSIONS"}
+    return subprocess.run([sys.executable, "-m", module, *args],
+                          capture_output=True, text=True, timeout=timeout, env=env)

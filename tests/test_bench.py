@@ -17,6 +17,7 @@ import pytest
 
 from pylimiter.bench.interleave import Spread, interleaved, per_round
 from pylimiter.bench.scenarios import SCENARIOS, run_trial
+from tests._helpers import run_module
 
 
 @pytest.mark.parametrize("scenario", sorted(SCENARIOS))
@@ -127,9 +128,7 @@ def test_cli_version_help_and_unwritable_out(tmp_path, capsys):
 
 
 def _cli(*args, timeout=300):
-    env = {k: v for k, v in os.environ.items() if k != "PYLIMITER_NO_EXTENSIONS"}
-    return subprocess.run([sys.executable, "-m", "pylimiter.bench", *args],
-                          capture_output=True, text=True, timeout=timeout, env=env)
+    return run_module("pylimiter.bench", *args, timeout=timeout)
 
 
 def _one_line_error(proc, needle):

@@ -30,12 +30,11 @@ from .._cli import (
     non_negative_int,
     positive_float,
     positive_int,
-    require,
     run,
     writable_dir,
 )
 from ..spark.progress import JobProgress
-from ..spark.session import check_master, spark_session, write_table
+from ..spark.session import preflight, spark_session, write_table
 from .scenarios import IMPLEMENTATIONS, SCENARIOS
 
 PROG = "python -m pylimiter.bench"
@@ -342,9 +341,7 @@ def _measure(session, args, trials, cores, progress):
 
 
 def _run(args, spark) -> int:
-    if spark is None:
-        check_master(args.master)
-    require(["pyspark", "pandas", "pyarrow", "matplotlib", "rich"], "spark")
+    preflight(args.master, spark, ["pyspark", "pandas", "pyarrow", "matplotlib", "rich"])
     trials = expand_grid(args)
     if not trials and args.scaling == 0:
         raise UsageError("the grid is empty: nothing to run")

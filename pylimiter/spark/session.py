@@ -16,12 +16,13 @@ import sys
 import tempfile
 import threading
 from pathlib import Path
-from typing import Iterator, Mapping, Optional
+from typing import Iterator, Mapping, Optional, Sequence
 from urllib.parse import urlparse
 
-from .._cli import UsageError
+from .._cli import UsageError, require
 
-__all__ = ["DEFAULT_MASTER", "UsageError", "cancel_on_interrupt", "check_master", "quiet_log4j",
+__all__ = ["DEFAULT_MASTER", "UsageError", "cancel_on_interrupt", "check_master", "preflight",
+           "quiet_log4j",
            "spark_session", "sql_conf", "start_spark", "write_table"]
 
 DEFAULT_MASTER = "local[*]"
@@ -76,6 +77,16 @@ def quiet_log4j(path: Path) -> Path:
         "logger.spark.level = error\n"
     )
     return path
+
+
+def preflight(master: str, spark=None, needs: Sequence[str] = ("pyspark",)) -> None:
+    """preflight is what a pipeline checks before any work, as usage errors:
+    the master URL (unless it adopts a running ``spark``), then the modules
+    it ``needs``, naming the extra that brings them.  The master comes first,
+    so a bad URL reads the same whether or not pyspark is installed."""
+    if spark is None:
+        check_master(master)
+    require(needs, "spark")
 
 
 def start_spark(master: str = DEFAULT_MASTER, *, app_name: str = "pylimiter",

@@ -7,16 +7,13 @@ ending in one line with exit status 2."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-
 import pytest
 
 from pylimiter._cli import run
 from pylimiter.pulsar.balance.generate import GeneratorSpec
 from pylimiter.pulsar.balance.pipeline import PROG, build_parser, main
 from pylimiter.pulsar.balance.source import GeneratedSource
+from tests._helpers import run_module
 
 # the wheel check installs only pytest and hypothesis: skip, not fail collection
 pd = pytest.importorskip("pandas")
@@ -229,9 +226,7 @@ def test_json_lines_and_parquet_inputs(spark, tmp_path):
 
 
 def _cli(*args, timeout=120):
-    env = {k: v for k, v in os.environ.items() if k != "PYLIMITER_NO_EXTENSIONS"}
-    return subprocess.run([sys.executable, "-m", "pylimiter.pulsar.balance", *args],
-                          capture_output=True, text=True, timeout=timeout, env=env)
+    return run_module("pylimiter.pulsar.balance", *args, timeout=timeout)
 
 
 @pytest.mark.slow

@@ -5,9 +5,6 @@ and the command line."""
 from __future__ import annotations
 
 import csv
-import os
-import subprocess
-import sys
 
 import pytest
 
@@ -23,6 +20,7 @@ from pylimiter.pulsar.cache.workloads import (
     WORKLOADS,
     Trace,
 )
+from tests._helpers import run_module
 
 from ._cache_support import FakeClock
 
@@ -190,9 +188,7 @@ def test_simulator_end_to_end(spark, tmp_path, capsys):
 
 
 def _cli(*args, timeout=120):
-    env = {k: v for k, v in os.environ.items() if k != "PYLIMITER_NO_EXTENSIONS"}
-    return subprocess.run([sys.executable, "-m", "pylimiter.pulsar.cache", *args],
-                          capture_output=True, text=True, timeout=timeout, env=env)
+    return run_module("pylimiter.pulsar.cache", *args, timeout=timeout)
 
 
 @pytest.mark.slow

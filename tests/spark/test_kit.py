@@ -12,7 +12,13 @@ import pytest
 
 from pylimiter.spark import report
 from pylimiter.spark.progress import JobProgress, StepProgress
-from pylimiter.spark.session import UsageError, check_master, spark_session, write_table
+from pylimiter.spark.session import (
+    UsageError,
+    check_master,
+    preflight,
+    spark_session,
+    write_table,
+)
 
 
 def test_check_master_accepts_local_and_rejects_unknown_schemes():
@@ -30,6 +36,19 @@ def test_check_master_names_a_master_nobody_answers():
         port = s.getsockname()[1]
     with pytest.raises(UsageError, match=f"spark://127.0.0.1:{port} does not answer"):
         check_master(f"spark://127.0.0.1:{port}", timeout=1)
+
+
+def test_preflight_checks_the_master_first_then_the_modules():
+    # the bad master wins over the missing module: one message with or without pyspark
+    with pytest.raises(UsageError, match="unsupported master URL"):
+        preflight("mesos://h:1", None, ["no_such_module_plim"])
+    with pytest.raises(UsageError, match=r"no_such_module_plim is missing; "
+                                         r"pip install 'pylimiter-pulsar\[spark\]'"):
+        preflight("local[2]", None, ["no_such_module_plim"])
+    # an adopted session is not asked about its master
+    with pytest.raises(UsageError, match="no_such_module_plim is missing"):
+        preflight("mesos://h:1", object(), ["no_such_module_plim"])
+    preflight("local[2]", None, ["math"])
 
 
 def test_spark_session_adopts_a_session_without_stopping_it(spark):

@@ -29,7 +29,6 @@ from ..._cli import (
     non_negative_int,
     positive_float,
     positive_int,
-    require,
     subparsers,
     writable_dir,
 )
@@ -388,13 +387,11 @@ def main(argv: Optional[Sequence[str]] = None, *, spark=None) -> int:
     """``simulate``: returns 0; UsageError for bad input (exit 2 via
     ``pylimiter._cli.run``)."""
     from ...spark.report import command_line
-    from ...spark.session import check_master, spark_session, sql_conf
+    from ...spark.session import preflight, spark_session, sql_conf
 
     args = build_parser().parse_args(argv)
     settings = settings_from(args)
-    if spark is None:
-        check_master(args.master)  # a usage error whether or not pyspark is installed
-    require(["pyspark", "pandas", "matplotlib", "rich"], "spark")
+    preflight(args.master, spark, ["pyspark", "pandas", "matplotlib", "rich"])
     print(f"{PROG} simulate: {_describe(args)}; {args.brokers} brokers; "
           f"{args.split_algorithm}; Spark {args.master if spark is None else 'session given'}",
           flush=True)

@@ -28,13 +28,12 @@ from ..._cli import (
     number_list,
     positive_float,
     positive_int,
-    require,
     run,
     subparsers,
     writable_dir,
 )
 from ...spark.progress import JobProgress
-from ...spark.session import check_master, spark_session, write_table
+from ...spark.session import preflight, spark_session, write_table
 from .policies import POLICIES
 from .replay import RESULT_FIELDS
 from .workloads import WORKLOADS
@@ -186,9 +185,7 @@ def main(argv: Optional[Sequence[str]] = None, *, spark=None) -> int:
     """Run the simulator; ``spark`` adopts a session (tests), else one is
     started on ``--master`` and stopped at the end."""
     args = build_parser().parse_args(argv)
-    if spark is None:
-        check_master(args.master)  # a usage error whether or not pyspark is installed
-    require(["pyspark", "pandas", "matplotlib", "rich"], "spark")
+    preflight(args.master, spark, ["pyspark", "pandas", "matplotlib", "rich"])
     grid = expand_grid(args)
     scan = [t for t in args.scan_topics if t > 0]
     print(f"pylimiter entry cache simulator: {len(grid)} replays "

@@ -23,7 +23,6 @@ from ..._cli import (
     non_negative_int,
     number_list,
     positive_int,
-    require,
     run,
     subparsers,
     writable_dir,
@@ -108,10 +107,8 @@ def _run_partition(items):
 def main(argv: Sequence[str] | None = None, *, spark=None) -> int:
     """Run the sweep; ``spark`` adopts a running session (tests)."""
     args = build_parser().parse_args(argv)
-    from ...spark.session import check_master
-    if spark is None:
-        check_master(args.master)  # a usage error whether or not pyspark is installed
-    require(["pyspark", "pandas", "matplotlib"], "spark")
+    from ...spark.session import preflight
+    preflight(args.master, spark, ["pyspark", "pandas", "matplotlib"])
     from ...spark.progress import JobProgress
     from ...spark.report import command_line
     from ...spark.session import spark_session, write_table
