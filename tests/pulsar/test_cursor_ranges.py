@@ -3,13 +3,16 @@ a plain set of positions."""
 
 from __future__ import annotations
 
+import random
 import sys
+from array import array
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pylimiter.pulsar.cursor import AckRangeSet
+from pylimiter.pulsar.cursor import ranges as ranges_mod
 
 
 def test_add_coalesces_with_both_neighbours():
@@ -135,14 +138,22 @@ def test_to_records_caps_the_number_of_ranges():
         s.to_records(2.5)
 
 
-def test_sizeof_grows_by_about_16_bytes_per_range():
+@pytest.mark.parametrize("pattern", ["sequential", "sparse-same-ledger", "one-per-ledger"])
+def test_sizeof_is_about_24_bytes_per_range_whatever_the_pattern(pattern):
+    # 24 bytes per range (ledger, lower, upper as int64) plus the chunks'
+    # arrays and over-allocation; one ack per ledger once cost ~340 bytes.
+    n = 20000
+    positions = {"sequential": [(1, 2 * i) for i in range(n)],
+                 "sparse-same-ledger": random.Random(3).sample([(1, 2 * i) for i in range(n)], n),
+                 "one-per-ledger": [(i, 0) for i in range(n)]}[pattern]
     s = AckRangeSet()
     empty = sys.getsizeof(s)
-    for e in range(0, 20000, 2):
-        s.add((1, e))
+    for p in positions:
+        s.add(p)
+    assert len(s) == n
     per_range = (sys.getsizeof(s) - empty) / len(s)
-    assert 16 <= per_range < 24
-    assert "ranges=10000" in repr(s)
+    assert 24 <= per_range < 28
+    assert f"ranges={n}" in repr(s)
 
 
 # ---- against a plain set of positions -------------------------------------------------
@@ -167,10 +178,23 @@ ops = st.one_of(
 )
 
 
-@settings(max_examples=300, deadline=None)
-@given(st.lists(ops, max_size=60), st.lists(st.tuples(ledgers, st.integers(-1, 41)),
-                                             max_size=20))
-def test_matches_a_plain_set_of_positions(operations, probes):
+def _check_layout(s):
+    """The chunked layout's invariants: chunks non-empty and within bounds,
+    _maxes matching every chunk but the last, one ascending sequence."""
+    n = len(s._hi)
+    assert len(s._maxes) == max(n - 1, 0)
+    flat = []
+    for k in range(n):
+        assert 0 < len(s._hi[k]) == len(s._lo[k]) == len(s._led[k]) <= ranges_mod._MAX_CHUNK
+        if k < n - 1:
+            assert s._maxes[k] == (s._led[k][-1], s._hi[k][-1])
+        flat.extend(zip(s._led[k], s._lo[k], s._hi[k]))
+    assert flat == sorted(flat) and len(flat) == len(s)
+    for (l1, _, h1), (l2, lo2, _) in zip(flat, flat[1:]):
+        assert l1 < l2 or h1 < lo2                  # disjoint, never touching
+
+
+def _replay(operations, probes):
     s = AckRangeSet()
     model = set()
     for op in operations:
@@ -187,6 +211,7 @@ def test_matches_a_plain_set_of_positions(operations, probes):
             s.remove_at_most((ledger, entry))
             model = {p for p in model if p > (ledger, entry)}
         assert s.cardinality == len(model)
+        _check_layout(s)
     runs = _runs(model)
     assert s.ranges() == runs
     assert len(s) == len(runs)
@@ -194,3 +219,67 @@ def test_matches_a_plain_set_of_positions(operations, probes):
     assert s.to_records(2) == runs[:2]
     for p in probes:
         assert s.contains(p) == (p in model)
+        ledger, start = p[0], max(p[1], 0)
+        for stop in (start, start + 3, 50):
+            want = [(a[1], b[1]) for a, b in runs
+                    if a[0] == ledger and b[1] >= start and a[1] < stop]
+            assert s._ledger_spans(ledger, start, stop) == want
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(ops, max_size=60), st.lists(st.tuples(ledgers, st.integers(-1, 41)),
+                                             max_size=20))
+def test_matches_a_plain_set_of_positions(operations, probes):
+    _replay(operations, probes)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(ops, max_size=80), st.lists(st.tuples(ledgers, st.integers(-1, 41)),
+                                             max_size=20))
+def test_matches_a_plain_set_with_tiny_chunks(operations, probes):
+    # Chunks of 2..4 ranges: every split, merge and cross-chunk coalesce path
+    # runs on small inputs.
+    saved = ranges_mod._MAX_CHUNK, ranges_mod._MIN_CHUNK
+    ranges_mod._MAX_CHUNK, ranges_mod._MIN_CHUNK = 4, 2
+    try:
+        _replay(operations, probes)
+    finally:
+        ranges_mod._MAX_CHUNK, ranges_mod._MIN_CHUNK = saved
+
+
+class _CountingArray(array):
+    """array('q') that counts the elements an insert or a delete shifts."""
+
+    moved = 0
+
+    def insert(self, i, x):
+        _CountingArray.moved += len(self) - min(max(i, 0), len(self))
+        super().insert(i, x)
+
+    def __delitem__(self, key):
+        n = len(self)
+        if isinstance(key, slice):
+            start, stop, _ = key.indices(n)
+            _CountingArray.moved += n - max(stop, start)
+        else:
+            _CountingArray.moved += n - (key % n) - 1
+        super().__delitem__(key)
+
+
+def test_random_order_acks_shift_a_bounded_number_of_elements(monkeypatch):
+    # 400k acks in random order once took 28 s: every insert shifted every
+    # range after it (O(n) each, O(n**2) in all).  Counted, not timed: with
+    # chunks an insert shifts at most one chunk, whatever the set holds.
+    monkeypatch.setattr(ranges_mod, "array", _CountingArray)
+    _CountingArray.moved = 0
+    n = 60000
+    s = AckRangeSet()
+    for e in random.Random(5).sample(range(0, 2 * n, 2), n):
+        s.add((1, e))
+    for e in random.Random(6).sample(range(1, 2 * n, 2), n // 2):   # coalesce half of them
+        s.add((1, e))
+    assert len(s) == n - n // 2 and s.cardinality == n + n // 2
+    # At most three arrays x one chunk (<= 1024 ranges) per operation: 2.8e8
+    # at most (the quadratic layout shifted ~1.8e9 elements here).
+    assert _CountingArray.moved <= 3 * (n + n // 2) * 1024
+    assert ranges_mod._MAX_CHUNK <= 1024

@@ -8,6 +8,7 @@ positions are always returned as tuples of ``int``.  ``bool`` is refused:
 from __future__ import annotations
 
 import operator
+import reprlib
 
 Position = tuple[int, int]
 
@@ -15,13 +16,34 @@ Position = tuple[int, int]
 MAX_ID = 2**63 - 1
 
 
+_REPR = reprlib.Repr()
+_REPR.maxstring = _REPR.maxother = 80
+
+
+def show(value) -> str:
+    """A short repr of a caller's value for an error message: never longer
+    than a line, and never an exception of its own (a foreign __repr__ may
+    raise)."""
+    try:
+        return _REPR.repr(value)
+    except Exception:
+        return f"<{type(value).__name__} object>"
+
+
 def _int(value, what: str, whole) -> int:
+    if type(value) is int:
+        return value
     if isinstance(value, bool):
-        raise TypeError(f"{what} must be a pair of integers, got {whole!r}")
+        raise TypeError(f"{what} must be a pair of integers, got {show(whole)}")
+    if isinstance(value, int):
+        return int.__index__(value)     # an int subclass: no override runs
     try:
         return operator.index(value)
-    except TypeError:
-        raise TypeError(f"{what} must be a pair of integers, got {whole!r}") from None
+    except Exception as exc:
+        # Whatever a foreign __index__ raises, the value is not an integer
+        # this module can use (KeyboardInterrupt and the like propagate).
+        raise TypeError(f"{what} must be a pair of integers, got a "
+                        f"{type(value).__name__}") from exc
 
 
 def as_position(value, what: str = "position") -> Position:
@@ -37,15 +59,15 @@ def as_position(value, what: str = "position") -> Position:
     try:
         ledger, entry = value
     except (TypeError, ValueError):
-        raise TypeError(f"{what} must be a (ledger_id, entry_id) pair, got {value!r}") from None
+        raise TypeError(f"{what} must be a (ledger_id, entry_id) pair, got {show(value)}") from None
     ledger = _int(ledger, what, value)
     entry = _int(entry, what, value)
     if ledger < 0:
-        raise ValueError(f"{what} {value!r}: ledger_id must be >= 0")
+        raise ValueError(f"{what} {show(value)}: ledger_id must be >= 0")
     if entry < -1:
-        raise ValueError(f"{what} {value!r}: entry_id must be >= -1")
+        raise ValueError(f"{what} {show(value)}: entry_id must be >= -1")
     if ledger > MAX_ID or entry > MAX_ID:
-        raise ValueError(f"{what} {value!r}: ids must fit in a signed 64-bit integer")
+        raise ValueError(f"{what} {show(value)}: ids must fit in a signed 64-bit integer")
     return (ledger, entry)
 
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 from bisect import bisect_left, bisect_right
 from collections.abc import Iterator, Mapping, Sequence
 
-from ._positions import Position, _int, as_position, fmt
+from ._positions import MAX_ID, Position, _int, as_position, fmt, show
 from .ranges import AckRangeSet
 
 
@@ -40,7 +40,7 @@ class Cursor:
                 ledger_id, entry_count = item
             except (TypeError, ValueError):
                 raise TypeError(f"ledgers must hold (ledger_id, entry_count) pairs, "
-                                f"got {item!r}") from None
+                                f"got {show(item)}") from None
             self.append_ledger(ledger_id, entry_count)
         md = as_position(mark_delete, "mark_delete")
         if md[0] not in self._count or md[1] >= self._count[md[0]]:
@@ -53,11 +53,15 @@ class Cursor:
 
     def append_ledger(self, ledger_id: int, entry_count: int) -> None:
         """append_ledger adds a ledger the topic rolled over to.  ValueError
-        when its id is not above every known id or its count is negative."""
+        when its id is not above every known id or above 2**63 - 1, or its
+        count is negative or above 2**63 (entry ids are signed 64-bit)."""
         ledger_id = _int(ledger_id, "ledger", (ledger_id, entry_count))
         entry_count = _int(entry_count, "ledger", (ledger_id, entry_count))
-        if ledger_id < 0:
-            raise ValueError(f"ledger id must be >= 0, got {ledger_id}")
+        if not 0 <= ledger_id <= MAX_ID:
+            raise ValueError(f"ledger id must be in [0, 2**63 - 1], got {ledger_id}")
+        if entry_count > MAX_ID + 1:
+            raise ValueError(f"ledger {ledger_id}: entry_count must be <= 2**63, "
+                             f"got {entry_count}")
         if self._ids and ledger_id <= self._ids[-1]:
             raise ValueError(f"ledger ids must increase: {ledger_id} after {self._ids[-1]}")
         if entry_count < 0:
@@ -163,15 +167,11 @@ class Cursor:
 
     def _holes(self, read: Position) -> Iterator[Position]:
         for ledger, start, stop in self._windows(read):
-            led = self._acked._ledger_ranges(ledger)
-            lo, hi = led if led is not None else ((), ())
             e = start
-            for k in range(bisect_left(hi, start), len(hi)):
-                if lo[k] >= stop:
-                    break
-                for x in range(e, min(lo[k] + 1, stop)):
+            for lo, hi in self._acked._ledger_spans(ledger, start, stop):
+                for x in range(e, min(lo + 1, stop)):
                     yield (ledger, x)
-                e = hi[k] + 1
+                e = hi + 1
             for x in range(e, stop):
                 yield (ledger, x)
 
@@ -186,16 +186,12 @@ class Cursor:
 
     def _acked_within(self, ledger: int, start: int, stop: int) -> int:
         """Acknowledged entries of ``ledger`` in start..stop-1."""
-        led = self._acked._ledger_ranges(ledger)
-        if led is None:
-            return 0
-        lo, hi = led
         n = 0
-        for k in range(bisect_left(hi, start), len(hi)):
-            a = max(lo[k] + 1, start)
+        for lo, hi in self._acked._ledger_spans(ledger, start, stop):
+            a = max(lo + 1, start)
             if a >= stop:
                 break
-            n += min(hi[k] + 1, stop) - a
+            n += min(hi + 1, stop) - a
         return n
 
     def _holes_through(self, position: Position) -> int:
@@ -220,7 +216,7 @@ class Cursor:
             try:
                 lower, upper = rec
             except (TypeError, ValueError):
-                raise TypeError(f"a record must be a (lower, upper) pair, got {rec!r}") from None
+                raise TypeError(f"a record must be a (lower, upper) pair, got {show(rec)}") from None
             lower = as_position(lower, "lower")
             upper = as_position(upper, "upper")
             if upper < lower:
@@ -243,6 +239,18 @@ class Cursor:
             if a < b:
                 yield ledger, a, b
 
+    def __copy__(self) -> "Cursor":
+        """An independent cursor with the same ledgers and acknowledgments."""
+        other = Cursor.__new__(Cursor)
+        other._ids = list(self._ids)
+        other._count = dict(self._count)
+        other._md = self._md
+        other._acked = self._acked.__copy__()
+        return other
+
+    def __deepcopy__(self, memo) -> "Cursor":
+        return self.__copy__()
+
     def __repr__(self) -> str:
         return (f"Cursor(mark_delete={fmt(self._md)}, ranges={len(self._acked)}, "
                 f"ledgers={len(self._ids)})")
@@ -256,31 +264,59 @@ class HoleCompensator:
     __slots__ = ("cursor", "min_age_ms")
 
     def __init__(self, cursor: Cursor, *, min_age_ms: int) -> None:
-        if not isinstance(cursor, Cursor):
-            raise TypeError(f"cursor must be a Cursor, got {type(cursor).__name__}")
-        if isinstance(min_age_ms, bool) or not isinstance(min_age_ms, (int, float)):
-            raise TypeError(f"min_age_ms must be a number, got {min_age_ms!r}")
-        if not min_age_ms >= 0:
-            raise ValueError(f"min_age_ms must be >= 0, got {min_age_ms}")
         self.cursor = cursor
         self.min_age_ms = min_age_ms
+
+    def __setattr__(self, name, value):
+        # The settings stay valid when changed later, not only at __init__.
+        if name == "cursor":
+            if not isinstance(value, Cursor):
+                raise TypeError(f"cursor must be a Cursor, got {type(value).__name__}")
+        elif name == "min_age_ms":
+            value = _time(value, "min_age_ms")
+            if value < 0:
+                raise ValueError(f"min_age_ms must be >= 0, got {value}")
+        object.__setattr__(self, name, value)
 
     def due(self, read_position, now_ms: int, sent_at: Mapping[Position, int]) -> list[Position]:
         """due returns, ascending, the holes before ``read_position`` that are
         in ``sent_at`` and were sent more than ``min_age_ms`` before
         ``now_ms``.  Holes missing from ``sent_at`` are not due; ``sent_at``
-        is not modified."""
+        is not modified.  Times are finite numbers (NaN or an infinity is a
+        ValueError, as a key that is not a position is a TypeError)."""
         cur = self.cursor
         read = as_position(read_position, "read_position")
+        now_ms = _time(now_ms, "now_ms")
+        if not isinstance(sent_at, Mapping):
+            raise TypeError(f"sent_at must be a Mapping of position to send time, got "
+                            f"{type(sent_at).__name__}")
+        # Checked and normalised once: foreign keys never meet a comparison.
+        sent = {}
+        for key, t in sent_at.items():
+            pos = as_position(key, "a sent_at key")
+            sent[pos] = _time(t, "a sent_at time")
         age = self.min_age_ms
         md, acked, count = cur._md, cur._acked, cur._count
-        if len(sent_at) < 64 or len(sent_at) * 4 < cur.backlog(read):
+        if len(sent) < 64 or len(sent) * 4 < cur.backlog(read):
             # Few sends on record: check each one instead of walking every hole.
             out = []
-            for pos, t in sent_at.items():
+            for pos, t in sent.items():
                 if (now_ms - t > age and md < pos < read and 0 <= pos[1] < count.get(pos[0], 0)
                         and not acked.contains(pos)):
                     out.append(pos)
             out.sort()
             return out
-        return [p for p in cur._holes(read) if p in sent_at and now_ms - sent_at[p] > age]
+        return [p for p in cur._holes(read) if p in sent and now_ms - sent[p] > age]
+
+
+def _time(value, what: str):
+    """A time in ms: an int or a float, finite and within +-2**63 (NaN and
+    infinities are a ValueError; bool and other types a TypeError)."""
+    t = type(value)
+    if t is not int and t is not float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise TypeError(f"{what} must be a number, got {show(value)}")
+        value = int.__index__(value) if isinstance(value, int) else float.__float__(value)
+    if not -2**63 <= value <= 2**63:        # false for NaN
+        raise ValueError(f"{what} must be a finite number within +-2**63, got {show(value)}")
+    return value

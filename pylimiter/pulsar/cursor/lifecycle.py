@@ -19,11 +19,10 @@ unexpired ones in between stay holes.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable, Mapping
 from typing import NamedTuple
 
-from ._positions import Position, as_position, fmt
+from ._positions import Position, as_position, fmt, show
 from .cursor import Cursor
 
 DELAYED_MODES = ("deliverable", "publish")
@@ -40,15 +39,33 @@ class EntryMeta(NamedTuple):
 
 
 def _check_delayed(delayed) -> None:
-    if delayed not in DELAYED_MODES:
-        raise ValueError(f"delayed must be one of {', '.join(DELAYED_MODES)}; got {delayed!r}")
+    # The type first: `in` would call a foreign object's __eq__.
+    if type(delayed) is not str or delayed not in DELAYED_MODES:
+        raise ValueError(f"delayed must be one of {', '.join(DELAYED_MODES)}; "
+                         f"got {show(delayed)}")
 
 
-def _number(value, what: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise TypeError(f"{what} must be a number, got {value!r}")
-    if isinstance(value, float) and math.isnan(value):
-        raise ValueError(f"{what} must not be NaN")
+#: Times, sizes and limits are Pulsar longs: a value beyond +-2**63 is refused
+#: (and keeps int/float arithmetic away from float overflow).
+_LIMIT = 2**63
+
+
+def _number(value, what: str, low=None):
+    """``value`` as an int or a float (bool refused: TypeError), finite, within
+    +-2**63 and >= ``low`` when given (ValueError).  NaN and infinities are
+    refused: a NaN compares false with everything and would silently turn
+    every check into "no"."""
+    t = type(value)
+    if t is not int and t is not float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise TypeError(f"{what} must be a number, got {show(value)}")
+        # A subclass (numpy's float64 is one): its plain value, without
+        # calling methods it may override.
+        value = int.__index__(value) if isinstance(value, int) else float.__float__(value)
+    if not -_LIMIT <= value <= _LIMIT:      # false for NaN
+        raise ValueError(f"{what} must be a finite number within +-2**63, got {show(value)}")
+    if low is not None and value < low:
+        raise ValueError(f"{what} must be >= {low}, got {show(value)}")
     return value
 
 
@@ -60,11 +77,16 @@ def is_entry_expired(ttl_seconds: float, publish_time_ms: int, now_ms: int, *,
     With ``delayed="deliverable"`` (the default) the TTL clock starts at
     ``max(publish, deliver_at)``; ``delayed="publish"`` is Pulsar's rule,
     ``now > publish + ttl`` whatever ``deliver_at`` says.  ValueError for any
-    other ``delayed``."""
+    other ``delayed``; every time must be a finite number (NaN and
+    infinities are a ValueError)."""
     _check_delayed(delayed)
+    ttl_seconds = _number(ttl_seconds, "ttl_seconds")
+    start = _number(publish_time_ms, "publish_time_ms")
+    now_ms = _number(now_ms, "now_ms")
+    if deliver_at_ms is not None:
+        deliver_at_ms = _number(deliver_at_ms, "deliver_at_ms")
     if ttl_seconds <= 0:
         return False
-    start = publish_time_ms
     if delayed == "deliverable" and deliver_at_ms is not None and deliver_at_ms > start:
         start = deliver_at_ms
     return now_ms > start + ttl_seconds * 1000
@@ -78,12 +100,20 @@ class Expirer:
     __slots__ = ("cursor", "delayed", "ttl_seconds")
 
     def __init__(self, cursor: Cursor, ttl_seconds: float, *, delayed: str = "deliverable"):
-        if not isinstance(cursor, Cursor):
-            raise TypeError(f"cursor must be a Cursor, got {type(cursor).__name__}")
-        _check_delayed(delayed)
         self.cursor = cursor
-        self.ttl_seconds = _number(ttl_seconds, "ttl_seconds")
+        self.ttl_seconds = ttl_seconds
         self.delayed = delayed
+
+    def __setattr__(self, name, value):
+        # The settings stay valid when changed later, not only at __init__.
+        if name == "cursor":
+            if not isinstance(value, Cursor):
+                raise TypeError(f"cursor must be a Cursor, got {type(value).__name__}")
+        elif name == "ttl_seconds":
+            value = _number(value, "ttl_seconds")
+        elif name == "delayed":
+            _check_delayed(value)
+        object.__setattr__(self, name, value)
 
     def expire(self, entries: Iterable[EntryMeta], now_ms: int) -> int:
         """expire looks at ``entries`` (after mark-delete, in position order,
@@ -96,6 +126,7 @@ class Expirer:
         mark-delete moves to the last expired entry in the given order and
         everything before it is acknowledged, expired or not."""
         cur, ttl = self.cursor, self.ttl_seconds
+        now_ms = _number(now_ms, "now_ms")
         if self.delayed == "publish":
             last = None
             for meta in entries:
@@ -130,7 +161,7 @@ def _unpack(meta):
             (pos, publish), deliver = meta, None
     except (TypeError, ValueError):
         raise TypeError(f"entries must be EntryMeta(position, publish_time_ms, "
-                        f"deliver_at_ms=None), got {meta!r}") from None
+                        f"deliver_at_ms=None), got {show(meta)}") from None
     return as_position(pos), publish, deliver
 
 
@@ -151,16 +182,30 @@ class BacklogQuota:
 
     def __init__(self, limit_size: int = -1, limit_time_s: float = -1,
                  policy: str = "producer_request_hold") -> None:
-        if isinstance(limit_size, bool) or not isinstance(limit_size, int):
-            raise TypeError(f"limit_size must be an int (bytes), got {limit_size!r}")
-        if policy not in POLICIES:
-            raise ValueError(f"policy must be one of {', '.join(POLICIES)}; got {policy!r}")
         self.limit_size = limit_size
-        self.limit_time_s = _number(limit_time_s, "limit_time_s")
+        self.limit_time_s = limit_time_s
         self.policy = policy
 
+    def __setattr__(self, name, value):
+        # The settings stay valid when changed later, not only at __init__.
+        if name == "limit_size":
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise TypeError(f"limit_size must be an int (bytes), got {show(value)}")
+            value = _number(value, "limit_size")
+        elif name == "limit_time_s":
+            value = _number(value, "limit_time_s")
+        elif name == "policy":
+            if type(value) is not str or value not in POLICIES:
+                raise ValueError(f"policy must be one of {', '.join(POLICIES)}; "
+                                 f"got {show(value)}")
+        object.__setattr__(self, name, value)
+
     def check(self, backlog_size: int, oldest_unacked_age_s: float) -> str | None:
-        """check returns the policy name when a limit is hit, else None."""
+        """check returns the policy name when a limit is hit, else None.
+        Both arguments are finite numbers (NaN or an infinity is a
+        ValueError: NaN would never hit a limit)."""
+        backlog_size = _number(backlog_size, "backlog_size")
+        oldest_unacked_age_s = _number(oldest_unacked_age_s, "oldest_unacked_age_s")
         if self.limit_size >= 0 and backlog_size >= self.limit_size:
             return self.policy
         if self.limit_time_s > 0 and oldest_unacked_age_s > self.limit_time_s:
@@ -174,26 +219,35 @@ class BacklogQuota:
         ``backlog_entries``) is above ``target_size``, it acknowledges the
         oldest hole.  Returns how many it acknowledged.  Pulsar aims at 0.9 x
         the limit; time-based eviction is out of scope.  ValueError when the
-        policy is another one, for a negative target, or for a hole whose
-        size ``backlog_entries`` does not give."""
+        policy is another one, for a target or a size that is negative, NaN
+        or infinite, or for a hole whose size ``backlog_entries`` does not
+        give; nothing is acknowledged then."""
         if self.policy != "consumer_backlog_eviction":
             raise ValueError(f"evict is the consumer_backlog_eviction action; this quota's "
                              f"policy is {self.policy}")
         if not isinstance(cursor, Cursor):
             raise TypeError(f"cursor must be a Cursor, got {type(cursor).__name__}")
-        if target_size < 0:
-            raise ValueError(f"target_size must be >= 0, got {target_size}")
-        holes = list(cursor.holes(read_position))
-        sizes = []
-        for pos in holes:
-            try:
-                sizes.append(backlog_entries[pos])
-            except KeyError:
-                raise ValueError(f"backlog_entries has no size for hole {fmt(pos)}") from None
-        total = sum(sizes)
+        if not isinstance(backlog_entries, Mapping):
+            raise TypeError(f"backlog_entries must be a Mapping of position to size, got "
+                            f"{type(backlog_entries).__name__}")
+        read = as_position(read_position, "read_position")
+        target = _number(target_size, "target_size", low=0)
+        # Lazily: the walk stops at the first hole without a size, so a
+        # cursor whose ledgers claim 2**62 entries against a dict of sizes
+        # costs what the dict holds, not what the ledgers claim.
+        holes, sizes = [], []
+        total = 0
+        for pos in cursor._holes(read):
+            size = backlog_entries.get(pos)
+            if size is None:
+                raise ValueError(f"backlog_entries has no size for hole {fmt(pos)}")
+            size = _number(size, f"the size of hole {fmt(pos)}", low=0)
+            holes.append(pos)
+            sizes.append(size)
+            total += size
         evicted = 0
         for pos, size in zip(holes, sizes):
-            if total <= target_size:
+            if total <= target:
                 break
             cursor.ack(pos)
             total -= size
