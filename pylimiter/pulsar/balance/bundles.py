@@ -34,12 +34,22 @@ def topic_hash(topic: str) -> int:
     unsigned (and Spark SQL's ``crc32``, which the pipeline uses)."""
     if not isinstance(topic, str):
         raise TypeError(f"topic must be a str, not {type(topic).__name__}")
-    return zlib.crc32(topic.encode("utf-8")) & 0xFFFFFFFF
+    # str.encode of the base class: a subclass cannot override it.  A lone
+    # surrogate is a UnicodeEncodeError, a ValueError.
+    return zlib.crc32(str.encode(topic, "utf-8")) & 0xFFFFFFFF
+
+
+#: NamespaceBundles.default refuses more bundles than this.  Pulsar's admin
+#: API takes up to 2**32 (MAX_BUNDLES), which would be billions of objects
+#: here; no namespace runs anywhere near this many.
+MAX_DEFAULT_BUNDLES = 1 << 16
 
 
 def _check_hash(value, what: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{what} must be an int, not {type(value).__name__}")
+    if type(value) is not int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise TypeError(f"{what} must be an int, not {type(value).__name__}")
+        value = int.__index__(value)    # an int subclass: its plain value
     if not FULL_LOWER_BOUND <= value <= FULL_UPPER_BOUND:
         raise ValueError(f"{what} {value} is outside the hash range 0..0xffffffff")
     return value
@@ -48,6 +58,8 @@ def _check_hash(value, what: str) -> int:
 def bundle_namespace(bundle_name: str) -> str:
     """The namespace of a full bundle name: the part before its last ``/``
     (Pulsar's ``LoadManagerShared.getNamespaceNameFromBundleName``)."""
+    if type(bundle_name) is not str:
+        raise TypeError(f"a bundle name must be a str, not {type(bundle_name).__name__}")
     pos = bundle_name.rfind("/")
     if pos <= 0:
         raise ValueError(f"bundle name {bundle_name!r} has no namespace "
@@ -65,8 +77,10 @@ class Bundle:
     last: bool = False
 
     def __post_init__(self):
-        _check_hash(self.lower, "lower")
-        _check_hash(self.upper, "upper")
+        object.__setattr__(self, "lower", _check_hash(self.lower, "lower"))
+        object.__setattr__(self, "upper", _check_hash(self.upper, "upper"))
+        if type(self.last) is not bool:
+            raise TypeError(f"last must be a bool, not {type(self.last).__name__}")
         if self.lower >= self.upper:
             raise ValueError(f"bundle lower 0x{self.lower:08x} must be below upper "
                              f"0x{self.upper:08x}")
@@ -77,8 +91,12 @@ class Bundle:
         return "0x%08x_0x%08x" % (self.lower, self.upper)
 
     def contains(self, hash: int) -> bool:  # noqa: A002 - the spec's name
-        """True if ``hash`` lies in the range (closed at ``upper`` only for
-        the last bundle)."""
+        """True if ``hash`` (an int) lies in the range (closed at ``upper``
+        only for the last bundle)."""
+        if type(hash) is not int:
+            if isinstance(hash, bool) or not isinstance(hash, int):
+                raise TypeError(f"hash must be an int, not {type(hash).__name__}")
+            hash = int.__index__(hash)  # noqa: A001
         if self.last:
             return self.lower <= hash <= self.upper
         return self.lower <= hash < self.upper
@@ -94,11 +112,11 @@ class NamespaceBundles:
     __slots__ = ("_boundaries", "_bundles")
 
     def __init__(self, boundaries: Sequence[int]):
-        bounds = tuple(boundaries)
+        if isinstance(boundaries, (str, bytes)):
+            raise TypeError("boundaries must be a sequence of ints")
+        bounds = tuple(_check_hash(b, f"boundary {i}") for i, b in enumerate(boundaries))
         if len(bounds) < 2:
             raise ValueError("Need to specify at least 2 boundaries")
-        for i, b in enumerate(bounds):
-            _check_hash(b, f"boundary {i}")
         if bounds[0] != FULL_LOWER_BOUND:
             raise ValueError(f"the first boundary must be 0x00000000, not 0x{bounds[0]:08x}")
         if bounds[-1] != FULL_UPPER_BOUND:
@@ -116,11 +134,16 @@ class NamespaceBundles:
     def default(cls, num_bundles: int) -> "NamespaceBundles":
         """The bundles a new namespace gets (``defaultNumberOfNamespaceBundles``,
         Pulsar's default 4): boundaries 0, s, 2s, ..., (n-1)s, 0xffffffff with
-        s = 2**32 // n, as ``NamespacesBase.getBundles`` computes them."""
+        s = 2**32 // n, as ``NamespacesBase.getBundles`` computes them.
+        At most MAX_DEFAULT_BUNDLES (65,536)."""
         if isinstance(num_bundles, bool) or not isinstance(num_bundles, int):
             raise TypeError(f"num_bundles must be an int, not {type(num_bundles).__name__}")
+        num_bundles = int.__index__(num_bundles)
         if num_bundles <= 0:
             raise ValueError(f"num_bundles must be at least 1, got {num_bundles}")
+        if num_bundles > MAX_DEFAULT_BUNDLES:
+            raise ValueError(f"num_bundles must be at most {MAX_DEFAULT_BUNDLES}, "
+                             f"got {num_bundles}")
         step = (1 << 32) // num_bundles
         return cls([i * step for i in range(num_bundles)] + [FULL_UPPER_BOUND])
 
@@ -141,7 +164,7 @@ class NamespaceBundles:
         return iter(self._bundles)
 
     def __eq__(self, other) -> bool:
-        if not isinstance(other, NamespaceBundles):
+        if type(other) is not NamespaceBundles:
             return NotImplemented
         return self._boundaries == other._boundaries
 
@@ -161,7 +184,7 @@ class NamespaceBundles:
     def find(self, topic_or_hash: Union[str, int]) -> Bundle:
         """The bundle whose range holds the topic (by ``topic_hash``) or the
         hash.  An int outside 0..0xffffffff is a ValueError."""
-        if isinstance(topic_or_hash, str):
+        if type(topic_or_hash) is str:
             h = topic_hash(topic_or_hash)
         else:
             h = _check_hash(topic_or_hash, "hash")
@@ -177,12 +200,13 @@ class NamespaceBundles:
         i = bisect.bisect_left(self._boundaries, bundle.lower)
         if i >= len(self._bundles) or self._bundles[i] != bundle:
             raise ValueError(f"bundle {bundle.name} is not a bundle of this namespace")
-        cuts = list(boundaries)
+        if isinstance(boundaries, (str, bytes)):
+            raise TypeError("split boundaries must be a sequence of ints")
+        cuts = [_check_hash(c, "split boundary") for c in boundaries]
         if not cuts:
             raise ValueError("split boundaries must not be empty")
         prev = bundle.lower
         for c in cuts:
-            _check_hash(c, "split boundary")
             if not bundle.lower < c < bundle.upper:
                 raise ValueError(f"split boundary 0x{c:08x} is not strictly inside "
                                  f"{bundle.name}")

@@ -5,9 +5,11 @@ per-bundle rates (``BundleData``), and the resource weights
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
-from ._checks import number
+from ._checks import instance, number
+from ._checks import name as _name
 
 __all__ = ["BrokerLoad", "BundleLoad", "LoadWeights", "ResourceUsage"]
 
@@ -19,6 +21,17 @@ class ResourceUsage:
 
     usage: float = 0.0
     limit: float = 0.0
+
+    def __post_init__(self):
+        # Finite (ValueError; a negative value, Pulsar's "unknown", gives 0%),
+        # and a usage/limit ratio a float can hold: every weighted usage
+        # stays a number the leader can compare.
+        usage = number("usage", self.usage, low=None)
+        limit = number("limit", self.limit, low=None)
+        if usage > 0 and limit > 0 and not math.isfinite(100.0 * usage / limit):
+            raise ValueError(f"usage {usage} over limit {limit} overflows a float")
+        object.__setattr__(self, "usage", usage)
+        object.__setattr__(self, "limit", limit)
 
     @property
     def percent(self) -> float:
@@ -45,8 +58,8 @@ class LoadWeights:
     bandwidth_out: float = 1.0
 
     def __post_init__(self):
-        for name in ("cpu", "memory", "direct_memory", "bandwidth_in", "bandwidth_out"):
-            number(f"weight {name}", getattr(self, name))
+        for f in ("cpu", "memory", "direct_memory", "bandwidth_in", "bandwidth_out"):
+            object.__setattr__(self, f, number(f"weight {f}", getattr(self, f)))
 
     def astuple(self) -> tuple[float, float, float, float, float]:
         """(cpu, memory, direct_memory, bandwidth_in, bandwidth_out)."""
@@ -77,6 +90,21 @@ class BrokerLoad:
     long_term_msg_rate_out: float = 0.0
     preallocated_msg_rate: float = 0.0
     bundles: frozenset = field(default_factory=frozenset)
+
+    def __setattr__(self, attr, value):
+        # Checked on every assignment, not only by __init__: the leader adds
+        # to preallocated_msg_rate as it assigns bundles.  Rates are finite
+        # numbers >= 0 (a NaN rate once won every placement), usages are
+        # ResourceUsage, bundles a set of names (stored as a frozenset).
+        if attr in _RESOURCES:
+            instance(attr, value, ResourceUsage)
+        elif attr == "bundles":
+            if isinstance(value, (str, bytes)):
+                raise TypeError("bundles must be a set of bundle names, not one name")
+            value = frozenset(_name("a bundle name", b) for b in value)
+        else:
+            value = number(attr, value)
+        object.__setattr__(self, attr, value)
 
     def max_resource_usage(self) -> float:
         """The highest of the cpu, direct memory, bandwidth in and bandwidth
@@ -127,3 +155,11 @@ class BundleLoad:
     long_term_throughput_out: float = 0.0
     topics: int = 0
     sessions: int = 0
+
+    def __setattr__(self, attr, value):
+        # Checked on every assignment: rates finite numbers >= 0, counts ints >= 0.
+        object.__setattr__(self, attr, number(attr, value, integer=attr in _COUNTS))
+
+
+_RESOURCES = frozenset(("cpu", "memory", "direct_memory", "bandwidth_in", "bandwidth_out"))
+_COUNTS = frozenset(("topics", "sessions"))

@@ -4,9 +4,11 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Collection, Mapping
 
-from ._checks import number
+from ._checks import instance, number
+from ._checks import name as _name
 from .load import BrokerLoad, BundleLoad, LoadWeights
 from .split import MIB
 
@@ -38,14 +40,26 @@ class ThresholdShedder:
     def __init__(self, threshold_pct: float = 10, history: float = 0.9,
                  min_throughput_mb: float = 10, lower_boundary_shedding: bool = False,
                  weights: LoadWeights = LoadWeights()):
-        self.threshold_pct = float(number("threshold_pct", threshold_pct))
-        self.history = float(number("history", history, 0, 1))
-        self.min_throughput_mb = float(number("min_throughput_mb", min_throughput_mb))
-        self.lower_boundary_shedding = bool(lower_boundary_shedding)
-        if not isinstance(weights, LoadWeights):
-            raise TypeError(f"weights must be a LoadWeights, not {type(weights).__name__}")
+        self.threshold_pct = threshold_pct
+        self.history = history
+        self.min_throughput_mb = min_throughput_mb
+        self.lower_boundary_shedding = lower_boundary_shedding
         self.weights = weights
         self._avg: dict[str, float] = {}
+
+    def __setattr__(self, attr, value):
+        # Settings are checked whenever they are set, not only by __init__.
+        if attr == "threshold_pct":
+            value = float(number("threshold_pct", value))
+        elif attr == "history":
+            value = float(number("history", value, 0, 1))
+        elif attr == "min_throughput_mb":
+            value = float(number("min_throughput_mb", value))
+        elif attr == "lower_boundary_shedding":
+            value = bool(value)
+        elif attr == "weights":
+            instance("weights", value, LoadWeights)
+        object.__setattr__(self, attr, value)
 
     @property
     def averages(self) -> dict[str, float]:
@@ -53,12 +67,21 @@ class ThresholdShedder:
         return dict(self._avg)
 
     def _average_usage(self, brokers: Mapping[str, BrokerLoad]) -> float:
-        total = 0.0
-        for name, data in brokers.items():
+        # Every usage is checked before any average moves: a bad broker
+        # leaves the history as it was.
+        usages = []
+        for broker, data in brokers.items():
             usage = data.weighted_usage(self.weights)
-            prev = self._avg.get(name)
+            if not math.isfinite(usage):
+                # inf * (1 - history) is NaN when history is 1: refuse it here.
+                raise ValueError(f"broker {broker!r}: weighted usage {usage} is not finite "
+                                 f"({data.format_usage()})")
+            usages.append((broker, usage))
+        total = 0.0
+        for broker, usage in usages:
+            prev = self._avg.get(broker)
             avg = usage if prev is None else prev * self.history + usage * (1 - self.history)
-            self._avg[name] = avg
+            self._avg[broker] = avg
             total += avg
         return total / len(brokers) if brokers else 0.0
 
@@ -85,10 +108,12 @@ class ThresholdShedder:
         """Broker -> bundles to unload, heaviest first; brokers with nothing to
         unload are absent.  Bundles in ``recently_unloaded`` (within
         ``loadBalancerSheddingGracePeriodMinutes``) stay where they are."""
+        _check_loads(brokers, bundles)
+        if isinstance(recently_unloaded, str):
+            raise TypeError("recently_unloaded must be a collection of bundle names, not one")
+        recent = {_name("a recently unloaded bundle", r) for r in recently_unloaded}
         threshold = self.threshold_pct / 100.0
         min_tput = self.min_throughput_mb * MIB
-        recent = recently_unloaded if isinstance(recently_unloaded, (set, frozenset, dict)) \
-            else set(recently_unloaded)
         mean = self._average_usage(brokers)
         selected: dict[str, list[str]] = {}
         if mean == 0:
@@ -130,3 +155,15 @@ class ThresholdShedder:
         chosen = self._select(data, bundles, recent, minimum)
         if chosen:
             selected[busiest] = chosen
+
+
+def _check_loads(brokers, bundles) -> None:
+    """Names are str and data the right classes, before any average moves."""
+    instance("brokers", brokers, Mapping)
+    instance("bundles", bundles, Mapping)
+    for broker, data in brokers.items():
+        _name("a broker name", broker)
+        instance(f"brokers[{broker!r}]", data, BrokerLoad)
+    for bundle, data in bundles.items():
+        _name("a bundle name", bundle)
+        instance(f"bundles[{bundle!r}]", data, BundleLoad)

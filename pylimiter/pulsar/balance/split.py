@@ -13,7 +13,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Optional, Sequence, Union
 
-from ._checks import number
+from ._checks import number, show
 from .bundles import Bundle, topic_hash
 
 __all__ = ["MIB", "SPLIT_ALGORITHMS", "TopicStats", "split_boundaries"]
@@ -36,6 +36,14 @@ class TopicStats:
     msg_throughput_out: float = 0.0
     producers: int = 0
     consumers: int = 0
+
+    def __post_init__(self):
+        # Rates finite numbers >= 0 (NaN would never pull a boundary), counts
+        # ints >= 0.
+        for f in ("msg_rate_in", "msg_rate_out", "msg_throughput_in", "msg_throughput_out"):
+            object.__setattr__(self, f, number(f, getattr(self, f)))
+        for f in ("producers", "consumers"):
+            object.__setattr__(self, f, number(f, getattr(self, f), integer=True))
 
 
 def _inside(bundle: Bundle, boundary: int) -> bool:
@@ -70,11 +78,16 @@ def specified_positions_divide(bundle: Bundle, n_topics: int,
     that fall strictly inside the bundle, sorted (and de-duplicated here, so
     the result is a valid split).  Empty positions are an error even for an
     empty bundle, as in Pulsar; None for fewer than two topics."""
+    if isinstance(positions, (str, bytes)):
+        raise TypeError("split positions must be a sequence of ints")
     if not positions:
         raise ValueError("SplitBoundaries can't be empty")
+    checked = []
     for p in positions:
         if isinstance(p, bool) or not isinstance(p, int):
             raise TypeError(f"split positions must be ints, not {type(p).__name__}")
+        checked.append(int.__index__(p))    # plain ints: no foreign __eq__/__hash__
+    positions = checked
     if n_topics <= 1:
         return None
     inside = sorted({p for p in positions if _inside(bundle, p)})
@@ -144,8 +157,8 @@ def split_boundaries(algorithm: str, bundle: Bundle,
     ``flowOrQpsDifferenceThresholdPercentage``, read only by
     ``flow_or_qps_equally_divide``.  Returned boundaries are strictly inside
     (lower, upper) and ascending.  An unknown algorithm is a ValueError."""
-    if algorithm not in SPLIT_ALGORITHMS:
-        raise ValueError(f"unknown split algorithm {algorithm!r}; choose from "
+    if type(algorithm) is not str or algorithm not in SPLIT_ALGORITHMS:
+        raise ValueError(f"unknown split algorithm {show(algorithm)}; choose from "
                          f"{', '.join(SPLIT_ALGORITHMS)}")
     if not isinstance(bundle, Bundle):
         raise TypeError(f"bundle must be a Bundle, not {type(bundle).__name__}")
