@@ -4,7 +4,9 @@
  * --------------------
  * Invariants (checked under PLIM_DEBUG):
  *   - an entry is QUEUED iff it is linked in exactly one queue; q->entries
- *     and q->bytes are the count and the sum of sizes of the linked entries;
+ *     and q->bytes are the count and the sum of sizes of the linked entries,
+ *     and q->bytes never passes PLIM_CQ_MAX_BYTES (push is only called for
+ *     an entry that fits);
  *   - an entry has owner != NULL iff it sits in that index's slot for its
  *     (ledger, entry); ix->entries/bytes count and sum the slotted entries;
  *     a page with no slotted entry does not exist;
@@ -18,12 +20,20 @@
  * requeue_count < max_requeue), else removed.  A requeue clears ACCESSED and
  * counts, and nothing sets ACCESSED during a walk (callers are serialised),
  * so an entry is requeued at most max_requeue + 1 times per walk and the
- * size walk, which cycles past the tail, always ends.
+ * size walk, which cycles past the tail, always ends.  A walk that needs the
+ * time for a requeue returns to the caller instead of using a made-up value:
+ * "no reading yet" is a NULL pointer, so every int64 is a valid time (an
+ * in-band sentinel such as INT64_MIN once made a walk with that reading
+ * return "need the time" for ever).
  *
  * Pages: an index keeps its pages in an array sorted by (ledger, first id),
- * found by binary search behind a one-page hint.  Tailing inserts and reads
- * touch the hinted page (O(1)); a new page costs a memmove of the page
- * pointers after it, once per PLIM_CQ_PAGE_SIZE entries.
+ * found by binary search behind a one-page hint.  A page covers
+ * PLIM_CQ_PAGE_SIZE (64) consecutive ids; a 64-bit mask says which are
+ * present and a packed array, grown by doubling and shrunk when a quarter
+ * full, holds their entries in id order (slot s lives at index
+ * popcount(mask & ((1 << s) - 1))).  Sparse positions thus cost one small
+ * page each, not 64 slots.  Tailing inserts and reads touch the hinted page
+ * (O(1)); a new page costs a memmove of the page pointers after it.
  *
  * Locking: none.  The caller serialises all calls on a queue and on the
  * indexes of its entries (the binding runs every call holding the GIL).
@@ -42,12 +52,43 @@
 
 struct plim_cq_page {
     int64_t ledger;
-    int64_t first;     /* entry id of slots[0], a multiple of PLIM_CQ_PAGE_SIZE */
-    uint32_t count;    /* slots in use, >= 1 while the page exists */
-    plim_cq_entry_t *slots[PLIM_CQ_PAGE_SIZE];
+    int64_t first;     /* entry id of slot 0, a multiple of PLIM_CQ_PAGE_SIZE */
+    uint64_t mask;     /* bit s: slot s (id first + s) is present; never 0 */
+    uint32_t cap;      /* room in slots[], a power of two <= PLIM_CQ_PAGE_SIZE */
+    uint32_t pad_;
+    plim_cq_entry_t *slots[];   /* popcount(mask) entries, in id order */
 };
 
 #define SLOT_MASK ((int64_t)PLIM_CQ_PAGE_SIZE - 1)
+
+#if defined(__GNUC__) || defined(__clang__)
+static inline unsigned popcount64(uint64_t x) { return (unsigned)__builtin_popcountll(x); }
+static inline unsigned ctz64(uint64_t x) { return (unsigned)__builtin_ctzll(x); }
+#else
+static inline unsigned popcount64(uint64_t x) {
+    x = x - ((x >> 1) & 0x5555555555555555ull);
+    x = (x & 0x3333333333333333ull) + ((x >> 2) & 0x3333333333333333ull);
+    x = (x + (x >> 4)) & 0x0f0f0f0f0f0f0f0full;
+    return (unsigned)((x * 0x0101010101010101ull) >> 56);
+}
+static inline unsigned ctz64(uint64_t x) {   /* x != 0 */
+    unsigned n = 0;
+    while (!(x & 1u)) {
+        x >>= 1;
+        n++;
+    }
+    return n;
+}
+#endif
+
+/* Index in slots[] of slot s (whether or not s is present). */
+static inline unsigned rank_of(const plim_cq_page_t *p, unsigned s) {
+    return popcount64(p->mask & ((UINT64_C(1) << s) - 1));
+}
+
+static inline size_t page_bytes(uint32_t cap) {
+    return sizeof(plim_cq_page_t) + (size_t)cap * sizeof(plim_cq_entry_t *);
+}
 
 /* ======================================================================== */
 /* entries and the queue                                                     */
@@ -63,10 +104,10 @@ void plim_cq_entry_init(plim_cq_entry_t *e, int64_t size, int64_t timestamp_ns,
     e->requeue_count = 0;
     if (expected_reads > 0) {
         e->expected_reads = expected_reads;
-        e->flags = PLIM_CQ_TRACKED;
+        e->flags = PLIM_CQ_INIT | PLIM_CQ_TRACKED;
     } else {
         e->expected_reads = 0;
-        e->flags = 0;
+        e->flags = PLIM_CQ_INIT;
     }
 }
 
@@ -80,8 +121,14 @@ void plim_cq_gone_init(plim_cq_gone_t *g) {
     memset(g, 0, sizeof(*g));
 }
 
+int plim_cq_fits(const plim_cq_t *q, const plim_cq_entry_t *e) {
+    return e->size <= PLIM_CQ_MAX_BYTES - q->bytes;
+}
+
 void plim_cq_push(plim_cq_t *q, plim_cq_entry_t *e) {
+    CQ_ASSERT(e->flags & PLIM_CQ_INIT);
     CQ_ASSERT(!(e->flags & (PLIM_CQ_QUEUED | PLIM_CQ_REMOVED)));
+    CQ_ASSERT(plim_cq_fits(q, e));
     e->next = NULL;
     e->prev = q->tail;
     if (q->tail)
@@ -127,7 +174,9 @@ static void gone_append(plim_cq_gone_t *g, plim_cq_entry_t *e) {
         g->first = e;
     g->last = e;
     g->entries++;
-    g->bytes += e->size;
+    /* Saturating: a walk whose clock re-enters the cache can take out more
+     * than one queue's worth of bytes. */
+    g->bytes = e->size > INT64_MAX - g->bytes ? INT64_MAX : g->bytes + e->size;
 }
 
 /* Move the head entry e to the tail as a requeue. */
@@ -156,24 +205,28 @@ static void evict(plim_cq_t *q, plim_cq_entry_t *e, plim_cq_gone_t *gone) {
         plim_cq_index_remove(e);
     e->flags |= PLIM_CQ_REMOVED;
     q->evicted_entries++;
-    q->evicted_bytes += (uint64_t)e->size;
+    if ((uint64_t)e->size > UINT64_MAX - q->evicted_bytes)
+        q->evicted_bytes = UINT64_MAX;
+    else
+        q->evicted_bytes += (uint64_t)e->size;
     gone_append(gone, e);
 }
 
 /* One step of a walk on the head entry e.  Returns 0 to go on, 1 when a
  * requeue needs a clock reading first. */
-static int step(plim_cq_t *q, plim_cq_entry_t *e, int64_t now_ns, plim_cq_gone_t *gone) {
+static int step(plim_cq_t *q, plim_cq_entry_t *e, const int64_t *now_ns,
+                plim_cq_gone_t *gone) {
     if (plim_cq_should_requeue(q, e)) {
-        if (now_ns == PLIM_CQ_NO_NOW)
+        if (now_ns == NULL)
             return 1;
-        requeue(q, e, now_ns);
+        requeue(q, e, *now_ns);
     } else {
         evict(q, e, gone);
     }
     return 0;
 }
 
-void plim_cq_evict_before(plim_cq_t *q, int64_t before_ns, int64_t now_ns,
+void plim_cq_evict_before(plim_cq_t *q, int64_t before_ns, const int64_t *now_ns,
                           plim_cq_gone_t *gone, int *need_now) {
     plim_cq_entry_t *e;
     *need_now = 0;
@@ -185,7 +238,7 @@ void plim_cq_evict_before(plim_cq_t *q, int64_t before_ns, int64_t now_ns,
     }
 }
 
-void plim_cq_evict_size(plim_cq_t *q, int64_t size_to_free, int64_t now_ns,
+void plim_cq_evict_size(plim_cq_t *q, int64_t size_to_free, const int64_t *now_ns,
                         plim_cq_gone_t *gone, int *need_now) {
     plim_cq_entry_t *e;
     *need_now = 0;
@@ -269,18 +322,39 @@ plim_cq_entry_t *plim_cq_index_get(plim_cq_index_t *ix, int64_t ledger, int64_t 
     size_t i = find_page(ix, ledger, entry & ~SLOT_MASK);
     if (i == ix->npages)
         return NULL;
-    return ix->pages[i]->slots[entry & SLOT_MASK];
+    plim_cq_page_t *p = ix->pages[i];
+    unsigned s = (unsigned)(entry & SLOT_MASK);
+    if (!(p->mask & (UINT64_C(1) << s)))
+        return NULL;
+    return p->slots[rank_of(p, s)];
 }
 
 int plim_cq_index_put(plim_cq_index_t *ix, plim_cq_entry_t *e, int64_t ledger, int64_t entry) {
     CQ_ASSERT(e->owner == NULL && ledger >= 0 && entry >= 0);
     int64_t first = entry & ~SLOT_MASK;
+    unsigned s = (unsigned)(entry & SLOT_MASK);
+    uint64_t bit = UINT64_C(1) << s;
+    if (e->size > PLIM_CQ_MAX_BYTES - ix->bytes)
+        return -2;
     size_t i = find_page(ix, ledger, first);
     plim_cq_page_t *p;
     if (i < ix->npages) {
         p = ix->pages[i];
-        if (p->slots[entry & SLOT_MASK])
+        if (p->mask & bit)
             return 1;
+        unsigned n = popcount64(p->mask);
+        if (n == p->cap) {
+            /* Grow by doubling; n < PLIM_CQ_PAGE_SIZE since slot s is free. */
+            plim_cq_page_t *bigger = realloc(p, page_bytes(p->cap * 2));
+            if (!bigger)
+                return -1;
+            p = ix->pages[i] = bigger;
+            p->cap *= 2;
+        }
+        unsigned r = rank_of(p, s);
+        memmove(&p->slots[r + 1], &p->slots[r], (n - r) * sizeof(p->slots[0]));
+        p->slots[r] = e;
+        p->mask |= bit;
     } else {
         if (ix->npages == ix->cap) {
             size_t cap = ix->cap ? ix->cap * 2 : 4;
@@ -290,19 +364,21 @@ int plim_cq_index_put(plim_cq_index_t *ix, plim_cq_entry_t *e, int64_t ledger, i
             ix->pages = pages;
             ix->cap = cap;
         }
-        p = calloc(1, sizeof(*p));
+        p = malloc(page_bytes(1));
         if (!p)
             return -1;
         p->ledger = ledger;
         p->first = first;
+        p->mask = bit;
+        p->cap = 1;
+        p->pad_ = 0;
+        p->slots[0] = e;
         i = lower_bound(ix, ledger, first);
         memmove(&ix->pages[i + 1], &ix->pages[i], (ix->npages - i) * sizeof(*ix->pages));
         ix->pages[i] = p;
         ix->npages++;
         ix->hint = i;
     }
-    p->slots[entry & SLOT_MASK] = e;
-    p->count++;
     e->owner = ix;
     e->ledger = ledger;
     e->entry = entry;
@@ -313,12 +389,29 @@ int plim_cq_index_put(plim_cq_index_t *ix, plim_cq_entry_t *e, int64_t ledger, i
 
 /* Free page i, which has no entry left. */
 static void drop_page(plim_cq_index_t *ix, size_t i) {
-    CQ_ASSERT(ix->pages[i]->count == 0);
+    CQ_ASSERT(ix->pages[i]->mask == 0);
     free(ix->pages[i]);
     memmove(&ix->pages[i], &ix->pages[i + 1], (ix->npages - i - 1) * sizeof(*ix->pages));
     ix->npages--;
     if (ix->hint >= ix->npages)
         ix->hint = ix->npages ? ix->npages - 1 : 0;
+}
+
+/* Give back room when page i is at most a quarter full (a failed realloc
+ * keeps the bigger page: nothing is lost but memory). */
+static void maybe_shrink(plim_cq_index_t *ix, size_t i) {
+    plim_cq_page_t *p = ix->pages[i];
+    unsigned n = popcount64(p->mask);
+    uint32_t cap = p->cap;
+    while (cap > 1 && n <= cap / 4)
+        cap /= 2;
+    if (cap < p->cap) {
+        plim_cq_page_t *smaller = realloc(p, page_bytes(cap));
+        if (smaller) {
+            smaller->cap = cap;
+            ix->pages[i] = smaller;
+        }
+    }
 }
 
 void plim_cq_index_remove(plim_cq_entry_t *e) {
@@ -327,13 +420,20 @@ void plim_cq_index_remove(plim_cq_entry_t *e) {
     size_t i = find_page(ix, e->ledger, e->entry & ~SLOT_MASK);
     CQ_ASSERT(i < ix->npages);
     plim_cq_page_t *p = ix->pages[i];
-    CQ_ASSERT(p->slots[e->entry & SLOT_MASK] == e);
-    p->slots[e->entry & SLOT_MASK] = NULL;
+    unsigned s = (unsigned)(e->entry & SLOT_MASK);
+    unsigned r = rank_of(p, s);
+    unsigned n = popcount64(p->mask);
+    CQ_ASSERT((p->mask >> s) & 1u);
+    CQ_ASSERT(p->slots[r] == e);
+    memmove(&p->slots[r], &p->slots[r + 1], (n - r - 1) * sizeof(p->slots[0]));
+    p->mask &= ~(UINT64_C(1) << s);
     e->owner = NULL;
     ix->entries--;
     ix->bytes -= e->size;
-    if (--p->count == 0)
+    if (p->mask == 0)
         drop_page(ix, i);
+    else
+        maybe_shrink(ix, i);
 }
 
 static int pos_le(int64_t l1, int64_t e1, int64_t l2, int64_t e2) {
@@ -355,11 +455,11 @@ void plim_cq_index_range(plim_cq_index_t *ix, int64_t l1, int64_t e1, int64_t l2
         plim_cq_page_t *p = ix->pages[i];
         if (!pos_le(p->ledger, p->first, l2, e2))
             break;
-        for (int s = 0; s < PLIM_CQ_PAGE_SIZE; s++) {
-            plim_cq_entry_t *e = p->slots[s];
-            int64_t id = p->first + s;
-            if (e && pos_le(l1, e1, p->ledger, id) && pos_le(p->ledger, id, l2, e2))
-                fn(e, arg);
+        unsigned r = 0;
+        for (uint64_t m = p->mask; m; m &= m - 1, r++) {
+            int64_t id = p->first + (int64_t)ctz64(m);
+            if (pos_le(l1, e1, p->ledger, id) && pos_le(p->ledger, id, l2, e2))
+                fn(p->slots[r], arg);
         }
     }
 }
@@ -371,12 +471,14 @@ void plim_cq_index_drop_upto(plim_cq_index_t *ix, plim_cq_t *q, int64_t ledger, 
         plim_cq_page_t *p = ix->pages[i];
         if (!pos_le(p->ledger, p->first, ledger, entry))
             break;
-        for (int s = 0; s < PLIM_CQ_PAGE_SIZE; s++) {
-            plim_cq_entry_t *e = p->slots[s];
-            if (!e || !pos_le(p->ledger, p->first + s, ledger, entry))
-                continue;
-            p->slots[s] = NULL;
-            p->count--;
+        /* The entries at or before the bound are a prefix of slots[]. */
+        unsigned k = 0;
+        for (uint64_t m = p->mask; m; m &= m - 1, k++) {
+            unsigned s = ctz64(m);
+            if (!pos_le(p->ledger, p->first + (int64_t)s, ledger, entry))
+                break;
+            plim_cq_entry_t *e = p->slots[k];
+            p->mask &= ~(UINT64_C(1) << s);
             e->owner = NULL;
             ix->entries--;
             ix->bytes -= e->size;
@@ -385,10 +487,14 @@ void plim_cq_index_drop_upto(plim_cq_index_t *ix, plim_cq_t *q, int64_t ledger, 
             e->flags |= PLIM_CQ_REMOVED;
             gone_append(gone, e);
         }
-        if (p->count == 0)
+        if (p->mask == 0) {
             emptied = i + 1;
-        else
+        } else {
+            unsigned left = popcount64(p->mask);
+            memmove(&p->slots[0], &p->slots[k], left * sizeof(p->slots[0]));
+            maybe_shrink(ix, i);
             break;  /* a page with survivors ends the prefix: later ones are beyond */
+        }
     }
     /* Pages emptied form a prefix (sorted, and we stop at the first page with
      * survivors); free them with one memmove. */

@@ -13,9 +13,17 @@ from ._cache_support import MS, FakeClock, cm  # noqa: F401  (fixture)
 KB = b"x" * 100
 
 
+def mgr(cm, *args, **kw):
+    """A manager that counts payload bytes only (entry_overhead_bytes=0):
+    these tests check Pulsar's arithmetic; the overhead has tests of its
+    own (test_cache_hostile.py)."""
+    kw.setdefault("entry_overhead_bytes", 0)
+    return cm.EntryCacheManager(*args, **kw)
+
+
 def filled(cm, n, size=100, **kw):
     clock = kw.pop("clock", FakeClock())
-    m = cm.EntryCacheManager(kw.pop("max_size_bytes", 1000), clock=clock, **kw)
+    m = mgr(cm, kw.pop("max_size_bytes", 1000), clock=clock, **kw)
     c = m.cache("t")
     for i in range(n):
         assert c.insert((1, i), b"x" * size)
@@ -39,7 +47,7 @@ def test_trigger_and_watermark_arithmetic(cm):
 
 
 def test_fractional_thresholds_floor(cm):
-    m = cm.EntryCacheManager(999, eviction_watermark=0.5, eviction_trigger=0.75)
+    m = mgr(cm, 999, eviction_watermark=0.5, eviction_trigger=0.75)
     c = m.cache("t")
     # trigger floor(749.25) = 749, watermark floor(499.5) = 499
     for i in range(7):
@@ -50,7 +58,7 @@ def test_fractional_thresholds_floor(cm):
 
 
 def test_insert_returns_true_when_its_own_entry_is_evicted(cm):
-    m = cm.EntryCacheManager(100)
+    m = mgr(cm, 100)
     c = m.cache("t")
     assert c.insert((1, 1), b"x" * 500) is True
     assert m.size == 0 and len(c) == 0 and m.stats().inserts == 1
@@ -67,14 +75,14 @@ def test_threshold_arguments_are_checked(cm):
                      ValueError),
                     (dict(max_size_bytes=10, clock=3), TypeError)):
         with pytest.raises(exc):
-            cm.EntryCacheManager(**kw)
+            mgr(cm, **kw)
 
 
 # ---- disabled and live changes ---------------------------------------------------------
 
 
 def test_disabled_cache_inserts_nothing(cm):
-    m = cm.EntryCacheManager(0)
+    m = mgr(cm, 0)
     c = m.cache("t")
     assert c.insert((1, 1), KB) is False
     assert c.get((1, 1)) is None
@@ -109,7 +117,7 @@ def test_zero_at_run_time_disables_and_the_next_pass_empties(cm):
 
 def test_run_eviction_expires_by_time_then_size(cm):
     clock = FakeClock(10 * 1000 * MS)
-    m = cm.EntryCacheManager(10_000, time_threshold_ms=1000, clock=clock)
+    m = mgr(cm, 10_000, time_threshold_ms=1000, clock=clock)
     c = m.cache("t")
     for i in range(5):
         c.insert((1, i), KB)
@@ -128,7 +136,7 @@ def test_run_eviction_expires_by_time_then_size(cm):
 
 
 def test_requeue_settings_reach_the_queue(cm):
-    m = cm.EntryCacheManager(100, max_requeue_count_when_expected_reads=0,
+    m = mgr(cm, 100, max_requeue_count_when_expected_reads=0,
                              extend_ttl_of_recently_accessed=False)
     assert m.max_requeue_count_when_expected_reads == 0
     assert m.extend_ttl_of_recently_accessed is False
@@ -159,7 +167,7 @@ def test_stats_count_hits_misses_inserts_and_evictions_only(cm):
 
 
 def test_average_entry_size(cm):
-    m = cm.EntryCacheManager(1 << 20)
+    m = mgr(cm, 1 << 20)
     assert m.average_entry_size is None
     c = m.cache("t")
     c.insert((0, 0), b"x" * 10)
@@ -171,7 +179,7 @@ def test_average_entry_size(cm):
 
 
 def test_cache_by_name_is_created_once(cm):
-    m = cm.EntryCacheManager(100)
+    m = mgr(cm, 100)
     assert m.cache("a") is m.cache("a") and m.cache("a") is not m.cache("b")
     assert m.cache("a").name == "a" and m.cache("a").manager is m
     with pytest.raises(TypeError):
@@ -181,7 +189,7 @@ def test_cache_by_name_is_created_once(cm):
 
 
 def test_get_range_in_position_order_across_ledgers_and_pages(cm):
-    m = cm.EntryCacheManager(1 << 30)
+    m = mgr(cm, 1 << 30)
     c = m.cache("t")
     positions = [(2, 5), (1, 200), (1, 3), (1, 64), (3, 0), (1, 63), (2, 0)]
     for p in positions:
@@ -196,7 +204,7 @@ def test_get_range_in_position_order_across_ledgers_and_pages(cm):
 
 def test_get_range_marks_accessed(cm):
     clock = FakeClock(0)
-    m = cm.EntryCacheManager(1 << 20, time_threshold_ms=1, clock=clock)
+    m = mgr(cm, 1 << 20, time_threshold_ms=1, clock=clock)
     c = m.cache("t")
     for i in range(4):
         c.insert((1, i), KB)
@@ -207,7 +215,7 @@ def test_get_range_marks_accessed(cm):
 
 
 def test_invalidate_up_to(cm):
-    m = cm.EntryCacheManager(1 << 20)
+    m = mgr(cm, 1 << 20)
     c = m.cache("t")
     for p in [(1, 0), (1, 1), (1, 70), (2, 0), (2, 1), (3, 5)]:
         c.insert(p, KB)
@@ -221,7 +229,7 @@ def test_invalidate_up_to(cm):
 
 
 def test_mark_read_and_add_expected_read(cm):
-    m = cm.EntryCacheManager(1 << 20)
+    m = mgr(cm, 1 << 20)
     c = m.cache("t")
     c.insert((1, 0), KB, expected_reads=1)
     c.insert((1, 1), KB)
@@ -236,7 +244,7 @@ def test_mark_read_and_add_expected_read(cm):
 
 
 def test_memoryview_size_is_nbytes(cm):
-    m = cm.EntryCacheManager(1 << 20)
+    m = mgr(cm, 1 << 20)
     c = m.cache("t")
     assert c.insert((1, 0), memoryview(array("i", range(10))))
     assert m.size == 40
@@ -248,7 +256,7 @@ def test_memoryview_size_is_nbytes(cm):
     ((1 << 63, 0), ValueError),
 ])
 def test_positions_are_checked(cm, position, exc):
-    c = cm.EntryCacheManager(100).cache("t")
+    c = mgr(cm, 100).cache("t")
     for call in (lambda: c.insert(position, KB), lambda: c.get(position),
                  lambda: c.mark_read(position), lambda: c.add_expected_read(position)):
         with pytest.raises(exc):
@@ -256,7 +264,7 @@ def test_positions_are_checked(cm, position, exc):
 
 
 def test_bounds_are_checked(cm):
-    c = cm.EntryCacheManager(100).cache("t")
+    c = mgr(cm, 100).cache("t")
     with pytest.raises(TypeError):
         c.invalidate_up_to([1, 2])
     with pytest.raises(ValueError):
@@ -265,7 +273,7 @@ def test_bounds_are_checked(cm):
 
 @pytest.mark.parametrize("data", ["text", bytearray(b"x"), 5, None])
 def test_data_must_be_bytes_or_memoryview(cm, data):
-    m = cm.EntryCacheManager(100)
+    m = mgr(cm, 100)
     with pytest.raises(TypeError):
         m.cache("t").insert((1, 1), data)
     with pytest.raises(TypeError):

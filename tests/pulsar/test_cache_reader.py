@@ -53,7 +53,7 @@ def test_fully_cached_read_takes_no_permit(cm):
 
 
 def test_each_run_of_misses_is_one_storage_call(cm):
-    m = cm.EntryCacheManager(1 << 20)
+    m = cm.EntryCacheManager(1 << 20, entry_overhead_bytes=0)   # payload bytes below
     c = m.cache("t")
     for e in (2, 3, 6):
         c.insert((7, e), b"cached")

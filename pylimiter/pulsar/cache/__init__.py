@@ -13,7 +13,7 @@ which one is active.
 from typing import TYPE_CHECKING
 
 from ..._compat import USE_EXTENSIONS
-from ._common import SETTINGS, CacheStats
+from ._common import ENTRY_OVERHEAD_BYTES, SETTINGS, CacheStats, NotInitialisedError
 
 if TYPE_CHECKING or not USE_EXTENSIONS:
     from ._cache_py import CacheEntry, EntryCache, EntryCacheManager, RemovalQueue
@@ -34,6 +34,8 @@ __all__ = [
     "EntryCache",
     "CacheStats",
     "EntryReader",
+    "ENTRY_OVERHEAD_BYTES",
+    "NotInitialisedError",
     "SETTINGS",
     "IMPLEMENTATION",
 ]

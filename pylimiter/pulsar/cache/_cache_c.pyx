@@ -18,6 +18,21 @@ the tests run every case against both.  Rules that keep this module sound:
 * EntryCache and EntryCacheManager are ``no_gc_clear``: when a cycle that
   holds them is collected, a cache's ``__dealloc__`` still reaches the
   manager's queue to take its entries out before freeing its index.
+* Deallocation: Cython's tp_dealloc untracks the object from the GC before
+  ``__dealloc__`` runs and holds a reference across it, and no object here
+  has a freelist, so a collection run by Python code inside a deallocator
+  (a payload's or a key's finaliser, released by ``_release``) can neither
+  see the dying object nor free it twice.  A deallocator runs Python code
+  only through ``_release``, after the core state is consistent, and nothing
+  reachable from that code leads back to the dying object: entries hold no
+  reference to their queue or cache, and the manager is only freed once no
+  cache refers to it.
+* Objects built with ``cls.__new__(cls)`` alone are detected (a RemovalQueue
+  without a clock, an EntryCache without a manager, an EntryCacheManager
+  without a queue, a CacheEntry without PLIM_CQ_INIT) and every method and
+  attribute raises ``NotInitialisedError``; ``__init__`` runs once.
+* Copying or pickling any of these objects is a TypeError: a copy would
+  share (or lose) the core's links.
 
 Not thread-safe, as the pure twin: one thread (an asyncio loop) per manager.
 """
@@ -37,17 +52,20 @@ from ._common import (
     DEFAULT_EVICTION_WATERMARK,
     DEFAULT_MAX_REQUEUE,
     DEFAULT_TIME_THRESHOLD_MS,
+    ENTRY_OVERHEAD_BYTES,
     CacheStats,
+    NotInitialisedError,
 )
 
-__all__ = ["CacheEntry", "RemovalQueue", "EntryCache", "EntryCacheManager", "CacheStats"]
+__all__ = ["CacheEntry", "RemovalQueue", "EntryCache", "EntryCacheManager", "CacheStats",
+           "NotInitialisedError"]
 
 cdef extern from "plim_cacheq.h":
     unsigned PLIM_CQ_ACCESSED
     unsigned PLIM_CQ_REMOVED
     unsigned PLIM_CQ_TRACKED
     unsigned PLIM_CQ_QUEUED
-    int64_t PLIM_CQ_NO_NOW
+    unsigned PLIM_CQ_INIT
     ctypedef struct plim_cq_index_t:
         int64_t entries
         int64_t bytes
@@ -80,11 +98,12 @@ cdef extern from "plim_cacheq.h":
     void plim_cq_entry_init(plim_cq_entry_t *e, int64_t size, int64_t timestamp_ns,
                             int64_t expected_reads)
     void plim_cq_init(plim_cq_t *q, uint32_t max_requeue, int extend_ttl)
+    int plim_cq_fits(const plim_cq_t *q, const plim_cq_entry_t *e)
     void plim_cq_push(plim_cq_t *q, plim_cq_entry_t *e)
     void plim_cq_unlink(plim_cq_t *q, plim_cq_entry_t *e)
-    void plim_cq_evict_before(plim_cq_t *q, int64_t before_ns, int64_t now_ns,
+    void plim_cq_evict_before(plim_cq_t *q, int64_t before_ns, const int64_t *now_ns,
                               plim_cq_gone_t *gone, int *need_now)
-    void plim_cq_evict_size(plim_cq_t *q, int64_t size_to_free, int64_t now_ns,
+    void plim_cq_evict_size(plim_cq_t *q, int64_t size_to_free, const int64_t *now_ns,
                             plim_cq_gone_t *gone, int *need_now)
     void plim_cq_non_evictable(const plim_cq_t *q, int64_t *entries, int64_t *bytes)
     void plim_cq_gone_init(plim_cq_gone_t *g)
@@ -101,9 +120,6 @@ cdef extern from "plim_cacheq.h":
                                  int64_t entry, plim_cq_gone_t *gone)
 
 cdef extern from "Python.h":
-    ctypedef struct Py_buffer:
-        Py_ssize_t len
-    Py_buffer *PyMemoryView_GET_BUFFER(object mview)
     Py_ssize_t PyBytes_GET_SIZE(object o)
     object PyObject_CallNoArgs(object callable)
 
@@ -117,13 +133,18 @@ cdef int64_t MAX_ID = (1 << 63) - 1
 
 
 cdef inline int64_t _read_clock(object clock) except? -1:
+    """One reading: an int in the int64 range (TypeError, ValueError else).
+    Whatever the clock raises, KeyboardInterrupt included, propagates: every
+    caller reads it where the cache is consistent."""
+    cdef int overflow = 0
+    cdef long long v
     now = PyObject_CallNoArgs(clock)
     if type(now) is not int:
         raise contract.clock_error(now)
-    try:
-        return <int64_t>now
-    except OverflowError:
-        raise contract.clock_error(now) from None
+    v = PyLong_AsLongLongAndOverflow(now, &overflow)
+    if overflow:
+        raise contract.clock_error(now)
+    return v
 
 
 cdef inline int _parse_pos(object position, int64_t *ledger, int64_t *entry,
@@ -150,9 +171,8 @@ cdef inline int _parse_pos(object position, int64_t *ledger, int64_t *entry,
 cdef inline int64_t _data_size(object data) except -1:
     if type(data) is bytes:
         return PyBytes_GET_SIZE(data)
-    if type(data) is memoryview:
-        return PyMemoryView_GET_BUFFER(data).len
-    raise contract.data_error(data)
+    # A memoryview's nbytes refuses a released view (the buffer is gone).
+    return contract.data_size(data)
 
 
 cdef Py_ssize_t ENTRY_OFFSET = 0   # offset of CacheEntry.e in the object, set below
@@ -198,7 +218,9 @@ cdef class CacheEntry:
     cdef object _data
 
     def __init__(self, key, size, *, expected_reads=0, timestamp_ns=None):
-        hash(key)
+        if self.e.flags & PLIM_CQ_INIT:
+            raise contract.already_initialised_error("CacheEntry")
+        contract.check_key(key)
         cdef int64_t sz = contract.check_size(size)
         cdef int64_t n = contract.check_expected_reads(expected_reads)
         cdef int64_t ts
@@ -206,14 +228,13 @@ cdef class CacheEntry:
             ts = _time.monotonic_ns()
         else:
             ts = contract.check_timestamp(timestamp_ns)
-        if self.e.flags & (PLIM_CQ_QUEUED | PLIM_CQ_REMOVED):
-            raise RuntimeError("CacheEntry.__init__ called again on a used entry")
-        plim_cq_entry_init(&self.e, sz, ts, n)
         self._key = key
+        plim_cq_entry_init(&self.e, sz, ts, n)
 
     @property
     def key(self):
         """The key (the position for entries made by an EntryCache)."""
+        _entry_ready(self)
         if self._key is _POSITION_KEY:
             return (self.e.ledger, self.e.entry)
         return self._key
@@ -221,21 +242,25 @@ cdef class CacheEntry:
     @property
     def size(self):
         """Bytes this entry accounts for."""
+        _entry_ready(self)
         return self.e.size
 
     @property
     def timestamp_ns(self):
         """Creation time, reset to the queue clock's now by every requeue."""
+        _entry_ready(self)
         return self.e.timestamp_ns
 
     @property
     def accessed(self):
         """Set by a cache hit (get, get_range, EntryReader); cleared by a
         requeue."""
+        _entry_ready(self)
         return bool(self.e.flags & PLIM_CQ_ACCESSED)
 
     @accessed.setter
     def accessed(self, value):
+        _entry_ready(self)
         if value:
             self.e.flags |= PLIM_CQ_ACCESSED
         else:
@@ -244,17 +269,20 @@ cdef class CacheEntry:
     @property
     def removed(self):
         """True once a removal queue evicted it or its cache invalidated it."""
+        _entry_ready(self)
         return bool(self.e.flags & PLIM_CQ_REMOVED)
 
     @property
     def requeue_count(self):
         """Requeues by either walk; never reset."""
+        _entry_ready(self)
         return self.e.requeue_count
 
     @property
     def expected_reads(self):
         """Reads still expected (may be negative: Pulsar has no floor), or
         None when the entry has no read-count tracking."""
+        _entry_ready(self)
         if self.e.flags & PLIM_CQ_TRACKED:
             return self.e.expected_reads
         return None
@@ -262,22 +290,47 @@ cdef class CacheEntry:
     @property
     def has_expected_reads(self):
         """Tracked and expected_reads > 0."""
+        _entry_ready(self)
         return bool(self.e.flags & PLIM_CQ_TRACKED) and self.e.expected_reads > 0
 
     def mark_read(self):
         """One expected read happened (the entry was delivered once)."""
-        if self.e.flags & PLIM_CQ_TRACKED:
+        _entry_ready(self)
+        if self.e.flags & PLIM_CQ_TRACKED and self.e.expected_reads > INT64_MIN:
             self.e.expected_reads -= 1
 
     def add_expected_read(self):
         """One more read is expected (the entry went on a replay queue)."""
-        if self.e.flags & PLIM_CQ_TRACKED:
+        _entry_ready(self)
+        if self.e.flags & PLIM_CQ_TRACKED and self.e.expected_reads < MAX_ID:
             self.e.expected_reads += 1
 
+    def __reduce__(self):
+        raise contract.copy_error("CacheEntry")
+
+    def __reduce_ex__(self, protocol):
+        raise contract.copy_error("CacheEntry")
+
+    def __copy__(self):
+        raise contract.copy_error("CacheEntry")
+
+    def __deepcopy__(self, memo):
+        raise contract.copy_error("CacheEntry")
+
     def __repr__(self):
+        if not (self.e.flags & PLIM_CQ_INIT):
+            return "<CacheEntry uninitialised>"
         state = " removed" if self.e.flags & PLIM_CQ_REMOVED else ""
         return (f"<CacheEntry key={self.key!r} size={self.e.size} "
                 f"expected_reads={self.expected_reads} requeues={self.e.requeue_count}{state}>")
+
+
+cdef inline int _entry_ready(CacheEntry self) except -1:
+    # A function, not a cdef method: a method would add a vtable pointer to
+    # every entry object.
+    if not (self.e.flags & PLIM_CQ_INIT):
+        raise contract.not_initialised_error("CacheEntry")
+    return 0
 
 
 cdef Py_ssize_t _entry_offset():
@@ -305,71 +358,103 @@ cdef class RemovalQueue:
     """
 
     cdef plim_cq_t q
-    cdef object _clock
+    cdef object _clock      # None until __init__ ran
 
     def __cinit__(self):
         plim_cq_init(&self.q, DEFAULT_MAX_REQUEUE, 1)
-        self._clock = _time.monotonic_ns
 
     def __init__(self, max_requeue_count_when_expected_reads=DEFAULT_MAX_REQUEUE,
                  extend_ttl_of_recently_accessed=True, *, clock=_time.monotonic_ns):
-        self.q.max_requeue = contract.check_max_requeue(max_requeue_count_when_expected_reads)
-        self.q.extend_ttl = 1 if extend_ttl_of_recently_accessed else 0
-        self._clock = contract.check_clock(clock)
+        if self._clock is not None:
+            raise contract.already_initialised_error("RemovalQueue")
+        cdef uint32_t max_requeue = contract.check_max_requeue(
+            max_requeue_count_when_expected_reads)
+        extend = 1 if extend_ttl_of_recently_accessed else 0
+        contract.check_clock(clock)
+        self.q.max_requeue = max_requeue
+        self.q.extend_ttl = extend
+        self._clock = clock
 
     def __dealloc__(self):
         # Detach what is left; an entry still in an EntryCache (only when a
         # collected cycle freed the manager first) leaves that index too.
+        # Payloads are dropped after the queue is empty (see _release).
         cdef plim_cq_entry_t *e
+        cdef plim_cq_gone_t gone
+        plim_cq_gone_init(&gone)
         while self.q.head != NULL:
             e = self.q.head
             plim_cq_unlink(&self.q, e)
             if e.owner != NULL:
                 plim_cq_index_remove(e)
                 e.flags |= PLIM_CQ_REMOVED
-                _obj(e)._data = None
-            Py_DECREF(_obj(e))
+            e.next = NULL
+            if gone.last != NULL:
+                gone.last.next = e
+            else:
+                gone.first = e
+            gone.last = e
+        _release(&gone)
+
+    cdef inline int _ready(self) except -1:
+        if self._clock is None:
+            raise contract.not_initialised_error("RemovalQueue")
+        return 0
 
     @property
     def max_requeue_count_when_expected_reads(self):
         """managedLedgerCacheEvictionExtendTTLOfEntriesWithRemainingExpectedReadsMaxTimes."""
+        self._ready()
         return self.q.max_requeue
 
     @max_requeue_count_when_expected_reads.setter
     def max_requeue_count_when_expected_reads(self, value):
+        self._ready()
         self.q.max_requeue = contract.check_max_requeue(value)
 
     @property
     def extend_ttl_of_recently_accessed(self):
         """managedLedgerCacheEvictionExtendTTLOfRecentlyAccessed."""
+        self._ready()
         return bool(self.q.extend_ttl)
 
     @extend_ttl_of_recently_accessed.setter
     def extend_ttl_of_recently_accessed(self, value):
+        self._ready()
         self.q.extend_ttl = 1 if value else 0
 
     def add(self, entry):
         """Append ``entry`` at the tail.  An entry that is queued already
-        (here or elsewhere) or was removed is a ValueError."""
+        (here or elsewhere), was removed or was never initialised is a
+        ValueError, and so is one that would take the queue's byte total past
+        2**63 - 1."""
+        self._ready()
         if type(entry) is not CacheEntry:
             raise TypeError(f"expected a CacheEntry, not {type(entry).__name__}")
         cdef CacheEntry ce = <CacheEntry>entry
+        if not (ce.e.flags & PLIM_CQ_INIT):
+            raise contract.not_initialised_entry_error()
         if ce.e.flags & PLIM_CQ_REMOVED:
             raise contract.removed_error()
         if ce.e.flags & PLIM_CQ_QUEUED:
             raise contract.already_queued_error()
+        if not plim_cq_fits(&self.q, &ce.e):
+            raise contract.total_bytes_error("the queue")
         Py_INCREF(ce)
         plim_cq_push(&self.q, &ce.e)
 
     def is_empty(self):
         """True when no entry is queued."""
+        self._ready()
         return self.q.head == NULL
 
     def __len__(self):
+        self._ready()
         return self.q.entries
 
     def __iter__(self):
         """The queued entries, head (next to be walked) first; a snapshot."""
+        self._ready()
         out = []
         cdef plim_cq_entry_t *e = self.q.head
         while e != NULL:
@@ -380,10 +465,12 @@ cdef class RemovalQueue:
     @property
     def size(self):
         """Bytes of the queued entries."""
+        self._ready()
         return self.q.bytes
 
     def non_evictable(self):
         """(entries, bytes) of the queued entries with has_expected_reads."""
+        self._ready()
         cdef int64_t n, b
         plim_cq_non_evictable(&self.q, &n, &b)
         return n, b
@@ -392,6 +479,7 @@ cdef class RemovalQueue:
         """Walk from the head over entries older than ``timestamp_ns``,
         requeueing or removing each by the rule; the first entry that is not
         older stops the walk.  Returns (entries removed, bytes removed)."""
+        self._ready()
         return self._walk_before(contract.check_timestamp(timestamp_ns))
 
     def evict_least_accessed(self, size_to_free):
@@ -399,6 +487,7 @@ cdef class RemovalQueue:
         cycling past the tail as often as needed, until the bytes removed
         reach ``size_to_free`` (> 0, else ValueError) or the queue is empty.
         Returns (entries removed, bytes removed)."""
+        self._ready()
         v = contract.check_size_to_free(size_to_free)
         return self._walk_size(v if v <= MAX_ID else MAX_ID)
 
@@ -410,25 +499,45 @@ cdef class RemovalQueue:
 
     cdef tuple _walk(self, bint by_time, int64_t limit):
         """One walk; a requeue that needs "now" stops the core call, we read
-        the clock once, and the walk resumes where it stopped."""
+        the clock once, and the walk resumes from the (current) head.  The
+        clock runs between core calls, so whatever it does to the cache (it
+        may re-enter it) or raises (KeyboardInterrupt included) finds the
+        queue consistent: what was removed so far stays removed and counted,
+        its payloads are released, and the exception propagates."""
         cdef plim_cq_gone_t gone
         cdef int need_now = 0
-        cdef int64_t now = PLIM_CQ_NO_NOW
+        cdef int64_t now = 0
+        cdef const int64_t *nowp = NULL
         plim_cq_gone_init(&gone)
         try:
             while True:
                 if by_time:
-                    plim_cq_evict_before(&self.q, limit, now, &gone, &need_now)
+                    plim_cq_evict_before(&self.q, limit, nowp, &gone, &need_now)
                 else:
-                    plim_cq_evict_size(&self.q, limit, now, &gone, &need_now)
+                    plim_cq_evict_size(&self.q, limit, nowp, &gone, &need_now)
                 if not need_now:
                     break
                 now = _read_clock(self._clock)
+                nowp = &now
         finally:
             _release(&gone)
         return gone.entries, gone.bytes
 
+    def __reduce__(self):
+        raise contract.copy_error("RemovalQueue")
+
+    def __reduce_ex__(self, protocol):
+        raise contract.copy_error("RemovalQueue")
+
+    def __copy__(self):
+        raise contract.copy_error("RemovalQueue")
+
+    def __deepcopy__(self, memo):
+        raise contract.copy_error("RemovalQueue")
+
     def __repr__(self):
+        if self._clock is None:
+            return "<RemovalQueue uninitialised>"
         return (f"<RemovalQueue entries={self.q.entries} bytes={self.q.bytes} "
                 f"max_requeue={self.q.max_requeue} extend_ttl={bool(self.q.extend_ttl)}>")
 
@@ -465,7 +574,7 @@ cdef class EntryCache:
 
     cdef plim_cq_index_t ix
     cdef str _name
-    cdef EntryCacheManager _manager
+    cdef EntryCacheManager _manager     # None: built with __new__ alone
 
     def __cinit__(self):
         plim_cq_index_init(&self.ix)
@@ -481,35 +590,52 @@ cdef class EntryCache:
             _release(&gone)
         plim_cq_index_free(&self.ix)
 
+    cdef inline EntryCacheManager _m(self):
+        """The manager, or NotInitialisedError."""
+        if self._manager is None:
+            raise contract.not_initialised_error("EntryCache")
+        return self._manager
+
     @property
     def name(self):
         """The topic (managed ledger) name."""
+        self._m()
         return self._name
 
     @property
     def manager(self):
         """The manager whose queue and limits this cache uses."""
-        return self._manager
+        return self._m()
 
     @property
     def size(self):
-        """Bytes cached here."""
+        """Bytes cached here (entry_overhead_bytes included)."""
+        self._m()
         return self.ix.bytes
 
     def __len__(self):
+        self._m()
         return self.ix.entries
 
     def __contains__(self, position):
+        self._m()
         cdef int64_t l, e
         _parse_pos(position, &l, &e, False)
         return plim_cq_index_get(&self.ix, l, e) != NULL
 
     def insert(self, position, data, *, expected_reads=0):
         """Cache ``data`` at ``position`` with ``expected_reads`` (<= 0: no
-        read-count tracking).  False when the position is cached already or
+        read-count tracking); it accounts for its size plus the manager's
+        entry_overhead_bytes.  False when the position is cached already or
         caching is disabled (max_size_bytes == 0).  If the manager is then
         above its trigger it evicts to the watermark before returning (True
-        even if this entry was evicted)."""
+        even if this entry was evicted).
+
+        The clock is read once, before anything changes; if it re-entered
+        the cache and filled the position or disabled caching, the insert
+        returns False, and whatever it raises propagates with the cache
+        unchanged."""
+        cdef EntryCacheManager m = self._m()
         cdef int64_t l, e, size, n
         _parse_pos(position, &l, &e, False)
         size = _data_size(data)
@@ -517,20 +643,29 @@ cdef class EntryCache:
             n = expected_reads
         else:
             n = contract.check_expected_reads(expected_reads)
-        cdef EntryCacheManager m = self._manager
+        if size > MAX_ID - m._overhead:
+            raise contract.total_bytes_error("the entry")
+        cdef int64_t charge = size + m._overhead
         if m._max == 0 or plim_cq_index_get(&self.ix, l, e) != NULL:
             return False
         cdef int64_t now = _read_clock(m._clock)
+        if m._max == 0 or plim_cq_index_get(&self.ix, l, e) != NULL:
+            return False            # the clock re-entered and got there first
+        cdef RemovalQueue q = m._queue
         cdef CacheEntry ce = CacheEntry.__new__(CacheEntry)
-        plim_cq_entry_init(&ce.e, size, now, n)
-        if plim_cq_index_put(&self.ix, &ce.e, l, e) < 0:
-            raise MemoryError()
+        plim_cq_entry_init(&ce.e, charge, now, n)
+        if not plim_cq_fits(&q.q, &ce.e):
+            raise contract.total_bytes_error("the cache")
+        if plim_cq_index_put(&self.ix, &ce.e, l, e) != 0:
+            raise MemoryError()     # 1 and -2 are ruled out above
         ce._key = _POSITION_KEY
         ce._data = data
-        cdef RemovalQueue q = m._queue
         Py_INCREF(ce)
         plim_cq_push(&q.q, &ce.e)
         m._inserts += 1
+        if size > MAX_ID - m._inserted_bytes:
+            m._inserted_carry += m._inserted_bytes
+            m._inserted_bytes = 0
         m._inserted_bytes += size
         if q.q.bytes > m._trigger_bytes:
             m._evict_to_watermark()
@@ -539,20 +674,22 @@ cdef class EntryCache:
     def get(self, position):
         """The cached data, or None.  A hit marks the entry accessed; each
         call counts one hit or one miss."""
+        cdef EntryCacheManager m = self._m()
         cdef int64_t l, e
         _parse_pos(position, &l, &e, False)
         cdef plim_cq_entry_t *ent = plim_cq_index_get(&self.ix, l, e)
         if ent == NULL:
-            self._manager._misses += 1
+            m._misses += 1
             return None
         ent.flags |= PLIM_CQ_ACCESSED
-        self._manager._hits += 1
+        m._hits += 1
         return _obj(ent)._data
 
     def get_range(self, first, last):
         """The data of the cached entries with first <= position <= last, in
         position order (uncached positions are absent); marks them accessed,
         as Pulsar's getRange does, and changes no counter."""
+        self._m()
         cdef int64_t l1, e1, l2, e2
         _parse_pos(first, &l1, &e1, True)
         _parse_pos(last, &l2, &e2, True)
@@ -567,30 +704,34 @@ cdef class EntryCache:
 
     def mark_read(self, position):
         """The entry at ``position`` was delivered once (no-op if not cached)."""
+        self._m()
         cdef int64_t l, e
         _parse_pos(position, &l, &e, False)
         cdef plim_cq_entry_t *ent = plim_cq_index_get(&self.ix, l, e)
-        if ent != NULL and ent.flags & PLIM_CQ_TRACKED:
+        if ent != NULL and ent.flags & PLIM_CQ_TRACKED and ent.expected_reads > INT64_MIN:
             ent.expected_reads -= 1
 
     def add_expected_read(self, position):
         """The entry at ``position`` went on a replay queue (no-op if not
         cached)."""
+        self._m()
         cdef int64_t l, e
         _parse_pos(position, &l, &e, False)
         cdef plim_cq_entry_t *ent = plim_cq_index_get(&self.ix, l, e)
-        if ent != NULL and ent.flags & PLIM_CQ_TRACKED:
+        if ent != NULL and ent.flags & PLIM_CQ_TRACKED and ent.expected_reads < MAX_ID:
             ent.expected_reads += 1
 
     def invalidate_up_to(self, position):
         """Drop every entry at or before ``position`` (the mark-delete moved
         past it).  Returns (entries, bytes); not counted as evictions."""
+        self._m()
         cdef int64_t l, e
         _parse_pos(position, &l, &e, True)
         return self._drop(l, e)
 
     def clear(self):
         """Drop every entry.  Returns (entries, bytes)."""
+        self._m()
         return self._drop(MAX_ID, MAX_ID)
 
     cdef tuple _drop(self, int64_t l, int64_t e):
@@ -600,7 +741,21 @@ cdef class EntryCache:
         _release(&gone)
         return gone.entries, gone.bytes
 
+    def __reduce__(self):
+        raise contract.copy_error("EntryCache")
+
+    def __reduce_ex__(self, protocol):
+        raise contract.copy_error("EntryCache")
+
+    def __copy__(self):
+        raise contract.copy_error("EntryCache")
+
+    def __deepcopy__(self, memo):
+        raise contract.copy_error("EntryCache")
+
     def __repr__(self):
+        if self._manager is None:
+            return "<EntryCache uninitialised>"
         return f"<EntryCache {self._name!r} entries={self.ix.entries} bytes={self.ix.bytes}>"
 
 
@@ -628,88 +783,124 @@ cdef class EntryCacheManager:
     managedLedgerCacheEvictionIntervalMs (10 ms in Pulsar).
     """
 
-    cdef int64_t _max
+    cdef int64_t _max, _overhead
     cdef double _watermark, _trigger
     cdef int64_t _trigger_bytes, _watermark_bytes, _threshold_ns
     cdef object _time_threshold_ms
     cdef object _clock
-    cdef RemovalQueue _queue
+    cdef RemovalQueue _queue        # None until __init__ ran
     cdef dict _caches
-    cdef int64_t _hits, _misses, _inserts, _inserted_bytes
+    cdef int64_t _hits, _misses, _inserts
+    # Payload bytes ever inserted: _inserted_carry (an int) + _inserted_bytes,
+    # so the sum never overflows and the common case stays in C.
+    cdef int64_t _inserted_bytes
+    cdef object _inserted_carry
 
     def __init__(self, max_size_bytes, *, eviction_watermark=DEFAULT_EVICTION_WATERMARK,
                  eviction_trigger=DEFAULT_EVICTION_TRIGGER,
                  time_threshold_ms=DEFAULT_TIME_THRESHOLD_MS,
                  max_requeue_count_when_expected_reads=DEFAULT_MAX_REQUEUE,
-                 extend_ttl_of_recently_accessed=True, clock=_time.monotonic_ns):
-        self._max = contract.check_max_size(max_size_bytes)
-        self._watermark, self._trigger = contract.check_thresholds(eviction_watermark,
-                                                                   eviction_trigger)
-        self._threshold_ns = contract.check_time_threshold_ms(time_threshold_ms)
+                 extend_ttl_of_recently_accessed=True, clock=_time.monotonic_ns,
+                 entry_overhead_bytes=ENTRY_OVERHEAD_BYTES):
+        if self._queue is not None:
+            raise contract.already_initialised_error("EntryCacheManager")
+        # Everything is checked before anything is set: a failed __init__
+        # leaves the object uninitialised, not half-built.
+        max_size = contract.check_max_size(max_size_bytes)
+        watermark, trigger = contract.check_thresholds(eviction_watermark, eviction_trigger)
+        threshold_ns = contract.check_time_threshold_ms(time_threshold_ms)
+        contract.check_clock(clock)
+        overhead = contract.check_entry_overhead(entry_overhead_bytes)
+        queue = RemovalQueue(max_requeue_count_when_expected_reads,
+                             extend_ttl_of_recently_accessed, clock=clock)
+        self._max = max_size
+        self._overhead = overhead
+        self._watermark, self._trigger = watermark, trigger
+        self._threshold_ns = threshold_ns
         self._time_threshold_ms = time_threshold_ms
-        self._clock = contract.check_clock(clock)
-        self._queue = RemovalQueue(max_requeue_count_when_expected_reads,
-                                   extend_ttl_of_recently_accessed, clock=clock)
+        self._clock = clock
         self._caches = {}
+        self._inserted_carry = 0
         self._recompute()
+        self._queue = queue
 
-    cdef void _recompute(self):
-        # Same arithmetic as the twin: int(float(max) * fraction).
-        self._trigger_bytes = <int64_t>(<double>self._max * self._trigger)
-        self._watermark_bytes = <int64_t>(<double>self._max * self._watermark)
+    cdef inline RemovalQueue _q(self):
+        """The queue, or NotInitialisedError."""
+        if self._queue is None:
+            raise contract.not_initialised_error("EntryCacheManager")
+        return self._queue
+
+    cdef int _recompute(self) except -1:
+        self._trigger_bytes = contract.threshold_bytes(self._max, self._trigger)
+        self._watermark_bytes = contract.threshold_bytes(self._max, self._watermark)
+        return 0
 
     @property
     def max_size_bytes(self):
-        """The limit.  Setting it only recomputes the thresholds (the next
-        insert or pass evicts); 0 disables caching and the next pass empties
-        the cache."""
+        """The limit on the bytes cached, payloads plus entry_overhead_bytes
+        per entry.  Setting it only recomputes the thresholds (the next insert
+        or pass evicts); 0 disables caching and the next pass empties the
+        cache."""
+        self._q()
         return self._max
 
     @max_size_bytes.setter
     def max_size_bytes(self, value):
+        self._q()
         self._max = contract.check_max_size(value)
         self._recompute()
 
     @property
+    def entry_overhead_bytes(self):
+        """Bytes each cached entry counts beyond its payload (default
+        ENTRY_OVERHEAD_BYTES, what an entry costs in memory)."""
+        self._q()
+        return self._overhead
+
+    @property
     def eviction_watermark(self):
         """Size eviction frees down to this fraction of max_size_bytes."""
+        self._q()
         return self._watermark
 
     @property
     def eviction_trigger(self):
         """Size eviction starts above this fraction of max_size_bytes."""
+        self._q()
         return self._trigger
 
     @property
     def time_threshold_ms(self):
         """Entries older than this are expired by run_eviction (unless
         requeued)."""
+        self._q()
         return self._time_threshold_ms
 
     @property
     def max_requeue_count_when_expected_reads(self):
         """The queue's requeue limit for entries with expected reads."""
-        return self._queue.max_requeue_count_when_expected_reads
+        return self._q().max_requeue_count_when_expected_reads
 
     @max_requeue_count_when_expected_reads.setter
     def max_requeue_count_when_expected_reads(self, value):
-        self._queue.max_requeue_count_when_expected_reads = value
+        self._q().max_requeue_count_when_expected_reads = value
 
     @property
     def extend_ttl_of_recently_accessed(self):
         """Whether the queue requeues entries accessed since the last walk."""
-        return self._queue.extend_ttl_of_recently_accessed
+        return self._q().extend_ttl_of_recently_accessed
 
     @extend_ttl_of_recently_accessed.setter
     def extend_ttl_of_recently_accessed(self, value):
-        self._queue.extend_ttl_of_recently_accessed = value
+        self._q().extend_ttl_of_recently_accessed = value
 
     def cache(self, name):
-        """The EntryCache of topic ``name``, created on first use."""
+        """The EntryCache of topic ``name`` (a str), created on first use."""
+        self._q()
+        if type(name) is not str:
+            raise contract.cache_name_error(name)
         c = self._caches.get(name)
         if c is None:
-            if type(name) is not str:
-                raise contract.cache_name_error(name)
             c = EntryCache.__new__(EntryCache)
             (<EntryCache>c)._name = name
             (<EntryCache>c)._manager = self
@@ -718,21 +909,25 @@ cdef class EntryCacheManager:
 
     @property
     def size(self):
-        """Bytes cached in all caches."""
-        return self._queue.q.bytes
+        """Bytes cached in all caches (entry_overhead_bytes included)."""
+        return self._q().q.bytes
 
     @property
     def average_entry_size(self):
-        """Mean size (floor) of the entries inserted so far, None before any."""
-        return self._inserted_bytes // self._inserts if self._inserts else None
+        """Mean payload size (floor) of the entries inserted so far, None
+        before any (the read path's estimate; no overhead counted)."""
+        self._q()
+        if not self._inserts:
+            return None
+        return (self._inserted_carry + self._inserted_bytes) // self._inserts
 
     def non_evictable(self):
         """(entries, bytes) cached with remaining expected reads."""
-        return self._queue.non_evictable()
+        return self._q().non_evictable()
 
     def stats(self):
         """A snapshot of the counters and gauges."""
-        cdef plim_cq_t *q = &self._queue.q
+        cdef plim_cq_t *q = &self._q().q
         return CacheStats(self._hits, self._misses, self._inserts, q.evicted_entries,
                           q.evicted_bytes, q.requeues, q.bytes, q.entries)
 
@@ -740,17 +935,18 @@ cdef class EntryCacheManager:
         """One periodic pass: ``evict_before(clock() - time_threshold)``,
         then, when the size is above the trigger, ``evict_least_accessed``
         down to the watermark.  Returns the (entries, bytes) of both steps."""
+        cdef RemovalQueue queue = self._q()
         cdef int64_t now = _read_clock(self._clock)
         cdef int64_t before
         if now < INT64_MIN + self._threshold_ns:
             before = INT64_MIN
         else:
             before = now - self._threshold_ns
-        n, b = self._queue._walk_before(before)
-        if self._queue.q.bytes > self._trigger_bytes:
+        n, b = queue._walk_before(before)
+        if queue.q.bytes > self._trigger_bytes:
             n2, b2 = self._evict_to_watermark()
             n += n2
-            b += b2
+            b = min(b + b2, MAX_ID)
         return n, b
 
     cdef tuple _evict_to_watermark(self):
@@ -759,6 +955,20 @@ cdef class EntryCacheManager:
             return 0, 0
         return self._queue._walk_size(free)
 
+    def __reduce__(self):
+        raise contract.copy_error("EntryCacheManager")
+
+    def __reduce_ex__(self, protocol):
+        raise contract.copy_error("EntryCacheManager")
+
+    def __copy__(self):
+        raise contract.copy_error("EntryCacheManager")
+
+    def __deepcopy__(self, memo):
+        raise contract.copy_error("EntryCacheManager")
+
     def __repr__(self):
+        if self._queue is None:
+            return "<EntryCacheManager uninitialised>"
         return (f"<EntryCacheManager max={self._max} size={self._queue.q.bytes} "
                 f"entries={self._queue.q.entries} caches={len(self._caches)}>")

@@ -12,6 +12,15 @@ Pulsar leaves them in its lock-free queue until a walk reaches them and then
 drops them; either way they never stop a walk and never count toward
 ``size_to_free`` or a walk's totals, which is all the rule asks.
 
+As in the C twin: payloads of removed entries are dropped only once the walk
+or invalidation is over (a payload's release may run Python code, which then
+sees a consistent cache); the clock is the only user code a walk calls, and
+after it returns the walk looks at the head again, as the C walk does.  An
+object built with ``cls.__new__(cls)`` alone raises NotInitialisedError from
+every method and attribute (``__getattr__`` turns the missing state into it,
+at no cost to initialised objects); ``__init__`` runs once; copy and pickle
+are refused.
+
 Not thread-safe: use a manager, its caches and queues from one thread (an
 asyncio loop's), as the simulator and EntryReader do.
 """
@@ -28,13 +37,21 @@ from ._common import (
     DEFAULT_EVICTION_WATERMARK,
     DEFAULT_MAX_REQUEUE,
     DEFAULT_TIME_THRESHOLD_MS,
+    ENTRY_OVERHEAD_BYTES,
+    MAX_ID,
+    MAX_U64,
     MIN_I64,
     CacheStats,
+    NotInitialisedError,
+    already_initialised_error,
     already_queued_error,
     cache_name_error,
     check_bound,
     check_clock,
+    check_clock_value,
+    check_entry_overhead,
     check_expected_reads,
+    check_key,
     check_max_requeue,
     check_max_size,
     check_position,
@@ -43,24 +60,61 @@ from ._common import (
     check_thresholds,
     check_time_threshold_ms,
     check_timestamp,
-    clock_error,
+    copy_error,
     data_size,
+    not_initialised_entry_error,
+    not_initialised_error,
     removed_error,
+    threshold_bytes,
+    total_bytes_error,
 )
 
-__all__ = ["CacheEntry", "RemovalQueue", "EntryCache", "EntryCacheManager", "CacheStats"]
+__all__ = ["CacheEntry", "RemovalQueue", "EntryCache", "EntryCacheManager", "CacheStats",
+           "NotInitialisedError"]
 
 Data = Union[bytes, memoryview]
 
 
 def _now(clock) -> int:
-    now = clock()
-    if type(now) is not int:
-        raise clock_error(now)
-    return now
+    return check_clock_value(clock())
 
 
-class CacheEntry:
+def _is_set(obj, attr: str) -> bool:
+    try:
+        object.__getattribute__(obj, attr)
+    except AttributeError:
+        return False
+    return True
+
+
+class _Guarded:
+    """State that only __init__ sets: a missing attribute on an object whose
+    ``_SENTINEL`` attribute is unset means "built with __new__ alone"."""
+
+    __slots__ = ()
+    _SENTINEL = ""
+
+    def __getattr__(self, name):
+        # Only reached when normal lookup failed.
+        cls = type(self).__name__
+        if not _is_set(self, self._SENTINEL):
+            raise not_initialised_error(cls)
+        raise AttributeError(f"{cls!r} object has no attribute {name!r}")
+
+    def __reduce__(self):
+        raise copy_error(type(self).__name__)
+
+    def __reduce_ex__(self, protocol):
+        raise copy_error(type(self).__name__)
+
+    def __copy__(self):
+        raise copy_error(type(self).__name__)
+
+    def __deepcopy__(self, memo):
+        raise copy_error(type(self).__name__)
+
+
+class CacheEntry(_Guarded):
     """CacheEntry is one cached entry as the removal queue sees it.
 
     ``expected_reads <= 0`` means the entry has no read-count tracking
@@ -72,14 +126,18 @@ class CacheEntry:
 
     __slots__ = ("_key", "_size", "_ts", "_accessed", "_removed", "_requeues", "_reads",
                  "_tracked", "_owner", "_data", "_queue")
+    _SENTINEL = "_size"
 
     def __init__(self, key: Hashable, size: int, *, expected_reads: int = 0,
                  timestamp_ns: Optional[int] = None):
-        hash(key)  # an unhashable key is a TypeError here, not later
-        self._key = key
-        self._size = check_size(size)
+        if _is_set(self, "_size"):
+            raise already_initialised_error("CacheEntry")
+        check_key(key)  # an unhashable key is a TypeError here, not later
+        size = check_size(size)
         n = check_expected_reads(expected_reads)
-        self._ts = time.monotonic_ns() if timestamp_ns is None else check_timestamp(timestamp_ns)
+        ts = time.monotonic_ns() if timestamp_ns is None else check_timestamp(timestamp_ns)
+        self._key = key
+        self._ts = ts
         self._tracked = n > 0
         self._reads = n if n > 0 else 0
         self._accessed = False
@@ -88,6 +146,7 @@ class CacheEntry:
         self._owner: Optional[EntryCache] = None
         self._data: Optional[Data] = None
         self._queue: Optional[RemovalQueue] = None
+        self._size = size           # last: the object counts as initialised from here
 
     @property
     def key(self) -> Hashable:
@@ -112,6 +171,7 @@ class CacheEntry:
 
     @accessed.setter
     def accessed(self, value: bool) -> None:
+        self._size  # noqa: B018  (NotInitialisedError before anything is set)
         self._accessed = bool(value)
 
     @property
@@ -137,21 +197,23 @@ class CacheEntry:
 
     def mark_read(self) -> None:
         """One expected read happened (the entry was delivered once)."""
-        if self._tracked:
+        if self._tracked and self._reads > MIN_I64:
             self._reads -= 1
 
     def add_expected_read(self) -> None:
         """One more read is expected (the entry went on a replay queue)."""
-        if self._tracked:
+        if self._tracked and self._reads < MAX_ID:
             self._reads += 1
 
     def __repr__(self) -> str:
+        if not _is_set(self, "_size"):
+            return "<CacheEntry uninitialised>"
         state = " removed" if self._removed else ""
         return (f"<CacheEntry key={self._key!r} size={self._size} "
                 f"expected_reads={self.expected_reads} requeues={self._requeues}{state}>")
 
 
-class RemovalQueue:
+class RemovalQueue(_Guarded):
     """RemovalQueue holds entries in global insertion order (head first) and
     evicts from the head, PIP-430's ``RangeCacheRemovalQueue``.
 
@@ -165,18 +227,24 @@ class RemovalQueue:
 
     __slots__ = ("_order", "_bytes", "_max_requeue", "_extend", "_clock", "_requeues",
                  "_evicted_entries", "_evicted_bytes")
+    _SENTINEL = "_order"
 
     def __init__(self, max_requeue_count_when_expected_reads: int = DEFAULT_MAX_REQUEUE,
                  extend_ttl_of_recently_accessed: bool = True, *,
                  clock: Callable[[], int] = time.monotonic_ns):
-        self._max_requeue = check_max_requeue(max_requeue_count_when_expected_reads)
-        self._extend = bool(extend_ttl_of_recently_accessed)
-        self._clock = check_clock(clock)
-        self._order: OrderedDict[CacheEntry, None] = OrderedDict()
+        if _is_set(self, "_order"):
+            raise already_initialised_error("RemovalQueue")
+        max_requeue = check_max_requeue(max_requeue_count_when_expected_reads)
+        extend = bool(extend_ttl_of_recently_accessed)
+        check_clock(clock)
+        self._max_requeue = max_requeue
+        self._extend = extend
+        self._clock = clock
         self._bytes = 0
         self._requeues = 0
         self._evicted_entries = 0
         self._evicted_bytes = 0
+        self._order: OrderedDict[CacheEntry, None] = OrderedDict()   # last: initialised
 
     # ---- settings (PIP-430's are dynamic) ------------------------------------
 
@@ -187,6 +255,7 @@ class RemovalQueue:
 
     @max_requeue_count_when_expected_reads.setter
     def max_requeue_count_when_expected_reads(self, value: int) -> None:
+        self._order  # noqa: B018  (NotInitialisedError before anything is set)
         self._max_requeue = check_max_requeue(value)
 
     @property
@@ -196,21 +265,29 @@ class RemovalQueue:
 
     @extend_ttl_of_recently_accessed.setter
     def extend_ttl_of_recently_accessed(self, value: bool) -> None:
+        self._order  # noqa: B018
         self._extend = bool(value)
 
     # ---- contents ------------------------------------------------------------
 
     def add(self, entry: CacheEntry) -> None:
         """Append ``entry`` at the tail.  An entry that is queued already
-        (here or elsewhere) or was removed is a ValueError."""
+        (here or elsewhere), was removed or was never initialised is a
+        ValueError, and so is one that would take the queue's byte total past
+        2**63 - 1."""
+        order = self._order
         if type(entry) is not CacheEntry:
             raise TypeError(f"expected a CacheEntry, not {type(entry).__name__}")
+        if not _is_set(entry, "_size"):
+            raise not_initialised_entry_error()
         if entry._removed:
             raise removed_error()
         if entry._queue is not None:
             raise already_queued_error()
+        if entry._size > MAX_ID - self._bytes:
+            raise total_bytes_error("the queue")
         entry._queue = self
-        self._order[entry] = None
+        order[entry] = None
         self._bytes += entry._size
 
     def is_empty(self) -> bool:
@@ -244,6 +321,7 @@ class RemovalQueue:
         """Walk from the head over entries older than ``timestamp_ns``,
         requeueing or removing each by the rule; the first entry that is not
         older stops the walk.  Returns (entries removed, bytes removed)."""
+        self._order  # noqa: B018
         before = check_timestamp(timestamp_ns)
         return self._walk(before, 0)
 
@@ -252,46 +330,59 @@ class RemovalQueue:
         cycling past the tail as often as needed, until the bytes removed
         reach ``size_to_free`` (> 0, else ValueError) or the queue is empty.
         Returns (entries removed, bytes removed)."""
-        return self._walk(None, check_size_to_free(size_to_free))
+        self._order  # noqa: B018
+        return self._walk(None, min(check_size_to_free(size_to_free), MAX_ID))
 
     def _walk(self, before: Optional[int], size_to_free: int) -> tuple[int, int]:
         order = self._order
         n = b = 0
         now = None
         max_requeue, extend = self._max_requeue, self._extend
-        # Each requeue clears `accessed` and counts toward the limit, so an
-        # entry is requeued at most max_requeue + 1 times per walk: it ends.
-        while order:
-            if before is None:
-                if b >= size_to_free:
+        gone = []
+        try:
+            # Each requeue clears `accessed` and counts toward the limit, so an
+            # entry is requeued at most max_requeue + 1 times per walk: it ends.
+            while order:
+                if before is None and b >= size_to_free:
                     break
-            e = next(iter(order))
-            if before is not None and not e._ts < before:
-                break
-            if (extend and e._accessed) or (
-                    e._tracked and e._reads > 0 and e._requeues < max_requeue):
-                if now is None:
-                    now = _now(self._clock)
-                order.move_to_end(e)
-                e._ts = now
-                e._accessed = False
-                e._requeues += 1
-                self._requeues += 1
-            else:
-                self._remove(e)
-                n += 1
-                b += e._size
-        self._evicted_entries += n
-        self._evicted_bytes += b
+                e = next(iter(order))
+                if before is not None and not e._ts < before:
+                    break
+                if (extend and e._accessed) or (
+                        e._tracked and e._reads > 0 and e._requeues < max_requeue):
+                    if now is None:
+                        # The clock may re-enter the cache: read it, then look
+                        # at the (current) head and settings again, as C does.
+                        now = _now(self._clock)
+                        max_requeue, extend = self._max_requeue, self._extend
+                        continue
+                    order.move_to_end(e)
+                    e._ts = now
+                    e._accessed = False
+                    e._requeues += 1
+                    self._requeues += 1
+                else:
+                    self._remove(e)
+                    gone.append(e)
+                    n += 1
+                    b += e._size
+                    if b > MAX_ID:
+                        b = MAX_ID
+        finally:
+            for e in gone:          # after the walk: a payload's release runs code
+                e._data = None
         return n, b
 
     def _remove(self, e: CacheEntry) -> None:
-        """Evict ``e``: out of the queue and out of its EntryCache."""
+        """Evict ``e``: out of the queue and out of its EntryCache, counted
+        at once (a clock that raises later in the walk loses nothing)."""
         self._unlink(e)
         e._removed = True
         owner = e._owner
         if owner is not None:
             owner._forget(e)
+        self._evicted_entries += 1
+        self._evicted_bytes = min(self._evicted_bytes + e._size, MAX_U64)
 
     def _unlink(self, e: CacheEntry) -> None:
         del self._order[e]
@@ -299,11 +390,13 @@ class RemovalQueue:
         e._queue = None
 
     def __repr__(self) -> str:
+        if not _is_set(self, "_order"):
+            return "<RemovalQueue uninitialised>"
         return (f"<RemovalQueue entries={len(self._order)} bytes={self._bytes} "
                 f"max_requeue={self._max_requeue} extend_ttl={self._extend}>")
 
 
-class EntryCache:
+class EntryCache(_Guarded):
     """EntryCache holds one topic's (managed ledger's) entries by position,
     ``RangeEntryCacheImpl``; made by ``EntryCacheManager.cache(name)``.
 
@@ -313,6 +406,7 @@ class EntryCache:
     """
 
     __slots__ = ("_name", "_manager", "_index", "_sorted", "_size")
+    _SENTINEL = "_manager"
 
     def __init__(self, *args, **kwargs):
         raise TypeError("EntryCache objects are made by EntryCacheManager.cache(name)")
@@ -321,15 +415,16 @@ class EntryCache:
     def _new(cls, manager: "EntryCacheManager", name: str) -> "EntryCache":
         self = object.__new__(cls)
         self._name = name
-        self._manager = manager
         self._index: dict[tuple[int, int], CacheEntry] = {}
         self._sorted: list[tuple[int, int]] = []
         self._size = 0
+        self._manager = manager
         return self
 
     @property
     def name(self) -> str:
         """The topic (managed ledger) name."""
+        self._manager  # noqa: B018
         return self._name
 
     @property
@@ -339,31 +434,49 @@ class EntryCache:
 
     @property
     def size(self) -> int:
-        """Bytes cached here."""
+        """Bytes cached here (entry_overhead_bytes included)."""
+        self._manager  # noqa: B018
         return self._size
 
     def __len__(self) -> int:
+        self._manager  # noqa: B018
         return len(self._index)
 
     def __contains__(self, position) -> bool:
+        self._manager  # noqa: B018
         return check_position(position) in self._index
 
     def insert(self, position: tuple[int, int], data: Data, *, expected_reads: int = 0) -> bool:
         """Cache ``data`` at ``position`` with ``expected_reads`` (<= 0: no
-        read-count tracking).  False when the position is cached already or
+        read-count tracking); it accounts for its size plus the manager's
+        entry_overhead_bytes.  False when the position is cached already or
         caching is disabled (max_size_bytes == 0).  If the manager is then
         above its trigger it evicts to the watermark before returning (True
-        even if this entry was evicted)."""
+        even if this entry was evicted).
+
+        The clock is read once, before anything changes; if it re-entered
+        the cache and filled the position or disabled caching, the insert
+        returns False, and whatever it raises propagates with the cache
+        unchanged."""
+        m = self._manager
         pos = check_position(position)
         size = data_size(data)
         n = check_expected_reads(expected_reads)
-        m = self._manager
-        if m._max == 0 or pos in self._index:
+        if size > MAX_ID - m._overhead:
+            raise total_bytes_error("the entry")
+        charge = size + m._overhead
+        index = self._index
+        if m._max == 0 or pos in index:
             return False
-        e = CacheEntry.__new__(CacheEntry)
+        now = _now(m._clock)
+        if m._max == 0 or pos in index:
+            return False            # the clock re-entered and got there first
+        q = m._queue
+        if charge > MAX_ID - q._bytes:
+            raise total_bytes_error("the cache")
+        e = object.__new__(CacheEntry)
         e._key = pos
-        e._size = size
-        e._ts = _now(m._clock)
+        e._ts = now
         e._tracked = n > 0
         e._reads = n if n > 0 else 0
         e._accessed = False
@@ -372,13 +485,13 @@ class EntryCache:
         e._owner = self
         e._data = data
         e._queue = None
-        self._index[pos] = e
+        e._size = charge
+        index[pos] = e
         if not self._sorted or self._sorted[-1] < pos:
             self._sorted.append(pos)
         else:
             insort(self._sorted, pos)
-        self._size += size
-        q = m._queue
+        self._size += charge
         q.add(e)
         m._inserts += 1
         m._inserted_bytes += size
@@ -389,8 +502,8 @@ class EntryCache:
     def get(self, position: tuple[int, int]) -> Optional[Data]:
         """The cached data, or None.  A hit marks the entry accessed; each
         call counts one hit or one miss."""
-        e = self._index.get(check_position(position))
         m = self._manager
+        e = self._index.get(check_position(position))
         if e is None:
             m._misses += 1
             return None
@@ -402,6 +515,7 @@ class EntryCache:
         """The data of the cached entries with first <= position <= last, in
         position order (uncached positions are absent); marks them accessed,
         as Pulsar's getRange does, and changes no counter."""
+        self._manager  # noqa: B018
         lo, hi = check_bound(first), check_bound(last)
         out = []
         s = self._sorted
@@ -413,6 +527,7 @@ class EntryCache:
 
     def mark_read(self, position: tuple[int, int]) -> None:
         """The entry at ``position`` was delivered once (no-op if not cached)."""
+        self._manager  # noqa: B018
         e = self._index.get(check_position(position))
         if e is not None:
             e.mark_read()
@@ -420,6 +535,7 @@ class EntryCache:
     def add_expected_read(self, position: tuple[int, int]) -> None:
         """The entry at ``position`` went on a replay queue (no-op if not
         cached)."""
+        self._manager  # noqa: B018
         e = self._index.get(check_position(position))
         if e is not None:
             e.add_expected_read()
@@ -427,60 +543,75 @@ class EntryCache:
     def invalidate_up_to(self, position: tuple[int, int]) -> tuple[int, int]:
         """Drop every entry at or before ``position`` (the mark-delete moved
         past it).  Returns (entries, bytes); not counted as evictions."""
+        self._manager  # noqa: B018
         hi = check_bound(position)
         return self._drop(bisect_right(self._sorted, hi))
 
     def clear(self) -> tuple[int, int]:
         """Drop every entry.  Returns (entries, bytes)."""
+        self._manager  # noqa: B018
         return self._drop(len(self._sorted))
 
     def _drop(self, upto: int) -> tuple[int, int]:
         n = b = 0
         q = self._manager._queue
-        for pos in self._sorted[:upto]:
-            e = self._index.pop(pos)
+        gone = [self._index.pop(pos) for pos in self._sorted[:upto]]
+        del self._sorted[:upto]
+        for e in gone:
             q._unlink(e)
             e._removed = True
             e._owner = None
-            e._data = None
             n += 1
             b += e._size
-        del self._sorted[:upto]
         self._size -= b
+        for e in gone:              # after the state is consistent (see _walk)
+            e._data = None
         return n, b
 
     def _forget(self, e: CacheEntry) -> None:
-        """The queue evicted ``e``: drop it from the index."""
+        """The queue evicted ``e``: drop it from the index (its payload is
+        dropped by the walk, once it is over)."""
         pos = e._key
         del self._index[pos]
         s = self._sorted
         del s[bisect_left(s, pos)]
         self._size -= e._size
         e._owner = None
-        e._data = None
 
     def __repr__(self) -> str:
+        if not _is_set(self, "_manager"):
+            return "<EntryCache uninitialised>"
         return f"<EntryCache {self._name!r} entries={len(self._index)} bytes={self._size}>"
 
 
-class EntryCacheManager:
+class EntryCacheManager(_Guarded):
     """EntryCacheManager bounds the entry caches of one broker
     (``RangeEntryCacheManagerImpl``) with one global RemovalQueue.
 
     ``max_size_bytes`` is managedLedgerCacheSizeMB in bytes (0 disables
-    caching; negative is a ValueError).  Size eviction starts when the size
-    exceeds ``floor(max * eviction_trigger)`` and frees down to
-    ``floor(max * eviction_watermark)`` (managedLedgerCacheEvictionWatermark);
-    ``time_threshold_ms`` is managedLedgerCacheEvictionTimeThresholdMillis;
-    the requeue settings are PIP-430's
+    caching; negative is a ValueError).  Every cached entry counts its
+    payload plus ``entry_overhead_bytes`` (default ENTRY_OVERHEAD_BYTES, what
+    an entry costs in memory; 0 counts payloads only, as Pulsar does) against
+    it, so the memory the cache holds is bounded by the setting.  Size
+    eviction starts when the size exceeds ``floor(max * eviction_trigger)``
+    and frees down to ``floor(max * eviction_watermark)``
+    (managedLedgerCacheEvictionWatermark); ``time_threshold_ms`` is
+    managedLedgerCacheEvictionTimeThresholdMillis; the requeue settings are
+    PIP-430's
     managedLedgerCacheEvictionExtendTTLOfEntriesWithRemainingExpectedReadsMaxTimes
     and managedLedgerCacheEvictionExtendTTLOfRecentlyAccessed (inserting
     with ``expected_reads=0`` everywhere is cacheEvictionByExpectedReadCount
-    off).  ``clock`` returns int nanoseconds and stamps every entry.
+    off).  ``clock`` returns int nanoseconds in the int64 range and stamps
+    every entry.
 
     The library has no scheduler: call ``run_eviction()`` every
     managedLedgerCacheEvictionIntervalMs (10 ms in Pulsar).
     """
+
+    __slots__ = ("_max", "_overhead", "_watermark", "_trigger", "_threshold_ns",
+                 "_time_threshold_ms", "_clock", "_queue", "_caches", "_hits", "_misses",
+                 "_inserts", "_inserted_bytes", "_trigger_bytes", "_watermark_bytes")
+    _SENTINEL = "_queue"
 
     def __init__(self, max_size_bytes: int, *,
                  eviction_watermark: float = DEFAULT_EVICTION_WATERMARK,
@@ -488,50 +619,75 @@ class EntryCacheManager:
                  time_threshold_ms: float = DEFAULT_TIME_THRESHOLD_MS,
                  max_requeue_count_when_expected_reads: int = DEFAULT_MAX_REQUEUE,
                  extend_ttl_of_recently_accessed: bool = True,
-                 clock: Callable[[], int] = time.monotonic_ns):
-        self._max = check_max_size(max_size_bytes)
-        self._watermark, self._trigger = check_thresholds(eviction_watermark, eviction_trigger)
-        self._threshold_ns = check_time_threshold_ms(time_threshold_ms)
+                 clock: Callable[[], int] = time.monotonic_ns,
+                 entry_overhead_bytes: int = ENTRY_OVERHEAD_BYTES):
+        if _is_set(self, "_queue"):
+            raise already_initialised_error("EntryCacheManager")
+        # Everything is checked before anything is set: a failed __init__
+        # leaves the object uninitialised, not half-built.
+        max_size = check_max_size(max_size_bytes)
+        watermark, trigger = check_thresholds(eviction_watermark, eviction_trigger)
+        threshold_ns = check_time_threshold_ms(time_threshold_ms)
+        check_clock(clock)
+        overhead = check_entry_overhead(entry_overhead_bytes)
+        queue = RemovalQueue(max_requeue_count_when_expected_reads,
+                             extend_ttl_of_recently_accessed, clock=clock)
+        self._max = max_size
+        self._overhead = overhead
+        self._watermark, self._trigger = watermark, trigger
+        self._threshold_ns = threshold_ns
         self._time_threshold_ms = time_threshold_ms
-        self._clock = check_clock(clock)
-        self._queue = RemovalQueue(max_requeue_count_when_expected_reads,
-                                   extend_ttl_of_recently_accessed, clock=clock)
+        self._clock = clock
         self._caches: dict[str, EntryCache] = {}
         self._hits = self._misses = self._inserts = self._inserted_bytes = 0
         self._recompute()
+        self._queue = queue         # last: the object counts as initialised from here
 
     def _recompute(self) -> None:
-        self._trigger_bytes = int(self._max * self._trigger)
-        self._watermark_bytes = int(self._max * self._watermark)
+        self._trigger_bytes = threshold_bytes(self._max, self._trigger)
+        self._watermark_bytes = threshold_bytes(self._max, self._watermark)
 
     # ---- settings ------------------------------------------------------------
 
     @property
     def max_size_bytes(self) -> int:
-        """The limit.  Setting it only recomputes the thresholds (the next
-        insert or pass evicts); 0 disables caching and the next pass empties
-        the cache."""
+        """The limit on the bytes cached, payloads plus entry_overhead_bytes
+        per entry.  Setting it only recomputes the thresholds (the next insert
+        or pass evicts); 0 disables caching and the next pass empties the
+        cache."""
+        self._queue  # noqa: B018
         return self._max
 
     @max_size_bytes.setter
     def max_size_bytes(self, value: int) -> None:
+        self._queue  # noqa: B018
         self._max = check_max_size(value)
         self._recompute()
 
     @property
+    def entry_overhead_bytes(self) -> int:
+        """Bytes each cached entry counts beyond its payload (default
+        ENTRY_OVERHEAD_BYTES, what an entry costs in memory)."""
+        self._queue  # noqa: B018
+        return self._overhead
+
+    @property
     def eviction_watermark(self) -> float:
         """Size eviction frees down to this fraction of max_size_bytes."""
+        self._queue  # noqa: B018
         return self._watermark
 
     @property
     def eviction_trigger(self) -> float:
         """Size eviction starts above this fraction of max_size_bytes."""
+        self._queue  # noqa: B018
         return self._trigger
 
     @property
     def time_threshold_ms(self) -> float:
         """Entries older than this are expired by run_eviction (unless
         requeued)."""
+        self._queue  # noqa: B018
         return self._time_threshold_ms
 
     @property
@@ -555,22 +711,25 @@ class EntryCacheManager:
     # ---- caches and state ----------------------------------------------------
 
     def cache(self, name: str) -> EntryCache:
-        """The EntryCache of topic ``name``, created on first use."""
-        c = self._caches.get(name)
+        """The EntryCache of topic ``name`` (a str), created on first use."""
+        caches = self._caches
+        if type(name) is not str:
+            raise cache_name_error(name)
+        c = caches.get(name)
         if c is None:
-            if type(name) is not str:
-                raise cache_name_error(name)
-            c = self._caches[name] = EntryCache._new(self, name)
+            c = caches[name] = EntryCache._new(self, name)
         return c
 
     @property
     def size(self) -> int:
-        """Bytes cached in all caches."""
+        """Bytes cached in all caches (entry_overhead_bytes included)."""
         return self._queue._bytes
 
     @property
     def average_entry_size(self) -> Optional[int]:
-        """Mean size (floor) of the entries inserted so far, None before any."""
+        """Mean payload size (floor) of the entries inserted so far, None
+        before any (the read path's estimate; no overhead counted)."""
+        self._queue  # noqa: B018
         return self._inserted_bytes // self._inserts if self._inserts else None
 
     def non_evictable(self) -> tuple[int, int]:
@@ -594,7 +753,7 @@ class EntryCacheManager:
         if q._bytes > self._trigger_bytes:
             n2, b2 = self._evict_to_watermark()
             n += n2
-            b += b2
+            b = min(b + b2, MAX_ID)
         return n, b
 
     def _evict_to_watermark(self) -> tuple[int, int]:
@@ -605,5 +764,7 @@ class EntryCacheManager:
         return q._walk(None, free)
 
     def __repr__(self) -> str:
+        if not _is_set(self, "_queue"):
+            return "<EntryCacheManager uninitialised>"
         return (f"<EntryCacheManager max={self._max} size={self._queue._bytes} "
                 f"entries={len(self._queue._order)} caches={len(self._caches)}>")

@@ -9,6 +9,7 @@ against both.
 from __future__ import annotations
 
 import math
+import reprlib
 from dataclasses import dataclass
 
 #: Pulsar's broker.conf names for the settings this package models, with
@@ -34,6 +35,64 @@ DEFAULT_ENTRY_SIZE_ESTIMATE = 10 * 1024
 
 #: Positions are (ledger_id, entry_id) with both ids in [0, 2**63).
 MAX_ID = (1 << 63) - 1
+#: evicted_bytes is a 64-bit unsigned counter in the C core: both
+#: implementations saturate it here.
+MAX_U64 = (1 << 64) - 1
+
+
+_REPR = reprlib.Repr()
+_REPR.maxstring = _REPR.maxother = 80
+
+
+def show(value) -> str:
+    """A short repr of a caller's value for an error message: never longer
+    than a line, and never an exception of its own (a foreign __repr__ may
+    raise)."""
+    try:
+        return _REPR.repr(value)
+    except Exception:
+        return f"<{type(value).__name__} object>"
+
+#: What an entry costs in memory beyond its payload, in the C implementation
+#: at its largest (the entry object with its links and position, plus its
+#: slot in a sparse index page); EntryCacheManager counts it against
+#: max_size_bytes for every cached entry unless told otherwise
+#: (``entry_overhead_bytes``), so a million empty payloads cannot hold memory
+#: that no limit sees.  Measured in benchmarks/README.md ("memory per entry").
+ENTRY_OVERHEAD_BYTES = 192
+
+
+class NotInitialisedError(RuntimeError, AttributeError):
+    """An object built with ``cls.__new__(cls)`` alone was used: every method
+    and attribute raises this until ``__init__`` ran (EntryCache objects come
+    from ``EntryCacheManager.cache(name)`` only).  A RuntimeError; also an
+    AttributeError, so ``hasattr``, ``getattr(obj, name, default)`` and
+    ``inspect.getmembers`` treat the object as having no state yet."""
+
+
+def not_initialised_error(cls_name: str) -> NotInitialisedError:
+    how = ("made by EntryCacheManager.cache(name)" if cls_name == "EntryCache"
+           else f"built with {cls_name}.__new__ without __init__")
+    return NotInitialisedError(f"this {cls_name} object is not initialised ({how})")
+
+
+def already_initialised_error(cls_name: str) -> RuntimeError:
+    return RuntimeError(f"{cls_name}.__init__ called on an object that is already "
+                        f"initialised; make a new {cls_name}")
+
+
+def copy_error(cls_name: str) -> TypeError:
+    return TypeError(f"{cls_name} objects cannot be copied or pickled: they are linked "
+                     f"into a removal queue and caches that a copy would corrupt")
+
+
+def not_initialised_entry_error() -> ValueError:
+    return ValueError("entry is not initialised (built with CacheEntry.__new__ without "
+                      "__init__)")
+
+
+def total_bytes_error(what: str) -> ValueError:
+    return ValueError(f"{what} would hold more than 2**63 - 1 bytes")
 
 
 @dataclass(frozen=True)
@@ -69,9 +128,12 @@ class CacheStats:
 
 def check_int(value, name: str) -> int:
     """An int (bool excluded), else TypeError naming the argument."""
-    if type(value) is not int and (isinstance(value, bool) or not isinstance(value, int)):
+    if type(value) is int:
+        return value
+    if isinstance(value, bool) or not isinstance(value, int):
         raise TypeError(f"{name} must be an int, not {type(value).__name__}")
-    return int(value)
+    # An int subclass: its value, without calling methods it may override.
+    return int.__index__(value)
 
 
 def _byte_count(value, name: str, note: str = "") -> int:
@@ -86,6 +148,21 @@ def _byte_count(value, name: str, note: str = "") -> int:
 
 def check_size(size) -> int:
     return _byte_count(size, "size")
+
+
+def check_entry_overhead(n) -> int:
+    return _byte_count(n, "entry_overhead_bytes")
+
+
+def check_key(key):
+    """A hashable key: anything whose hash() works (a hash() that raises,
+    whatever it raises, is a TypeError here)."""
+    try:
+        hash(key)
+    except Exception as exc:
+        raise TypeError(f"key must be hashable: hash() of a {type(key).__name__} "
+                        f"raised {type(exc).__name__}") from exc
+    return key
 
 
 def check_expected_reads(n) -> int:
@@ -150,6 +227,12 @@ def check_clock(clock):
     return clock
 
 
+def threshold_bytes(max_size: int, fraction: float) -> int:
+    """``floor(max_size * fraction)`` in float arithmetic, as Pulsar computes
+    it, kept within int64 (a float of 2**63 - 1 rounds up to 2**63)."""
+    return min(int(max_size * fraction), MAX_ID)
+
+
 #: The smallest int64: a threshold below it (a clock near its start minus a
 #: long time threshold) is clamped, as the C core does.
 MIN_I64 = -(1 << 63)
@@ -164,12 +247,12 @@ def check_size_to_free(n) -> int:
 
 def position_error(position) -> Exception:
     """The error for anything that is not a (ledger_id, entry_id) pair of ints
-    in [0, 2**63)."""
+    in [0, 2**63): a TypeError unless it is a tuple of two plain ints."""
     if (type(position) is not tuple or len(position) != 2
-            or any(isinstance(x, bool) or not isinstance(x, int) for x in position)):
+            or any(type(x) is not int for x in position)):
         return TypeError(f"position must be a (ledger_id, entry_id) tuple of ints, "
-                         f"got {position!r}")
-    return ValueError(f"position ids must be in [0, 2**63), got {position!r}")
+                         f"got {show(position)}")
+    return ValueError(f"position ids must be in [0, 2**63), got {show(position)}")
 
 
 def check_position(position) -> tuple[int, int]:
@@ -187,16 +270,30 @@ def data_error(data) -> TypeError:
 
 
 def data_size(data) -> int:
-    """The payload size in bytes (len of bytes, nbytes of a memoryview)."""
+    """The payload size in bytes (len of bytes, nbytes of a memoryview); a
+    released memoryview is a ValueError."""
     if type(data) is bytes:
         return len(data)
     if type(data) is memoryview:
-        return data.nbytes
+        try:
+            return data.nbytes
+        except ValueError:
+            raise ValueError("data is a released memoryview") from None
     raise data_error(data)
 
 
-def clock_error(value) -> TypeError:
-    return TypeError(f"clock() must return an int of nanoseconds, got {value!r}")
+def clock_error(value) -> Exception:
+    """The error for a clock reading that is not an int in the signed 64-bit
+    range: TypeError for another type, ValueError for an int outside."""
+    if type(value) is int:
+        return ValueError(f"clock() must return nanoseconds in [-2**63, 2**63), got {value}")
+    return TypeError(f"clock() must return an int of nanoseconds, got {show(value)}")
+
+
+def check_clock_value(value) -> int:
+    if type(value) is int and MIN_I64 <= value <= MAX_ID:
+        return value
+    raise clock_error(value)
 
 
 def already_queued_error() -> ValueError:
@@ -221,5 +318,5 @@ def check_bound(position) -> tuple[int, int]:
         return position
     err = position_error(position)
     if isinstance(err, ValueError):
-        err = ValueError(f"position ids must fit in 64 bits, got {position!r}")
+        err = ValueError(f"position ids must fit in 64 bits, got {show(position)}")
     raise err

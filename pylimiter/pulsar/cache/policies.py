@@ -73,11 +73,14 @@ class Policy:
 
 def _queue_policy(extend: bool, requeues: bool):
     def build(max_size_bytes, *, time_threshold_ms, max_requeue, eviction_watermark, clock):
+        # entry_overhead_bytes=0: a broker's managedLedgerCacheSizeMB counts
+        # payload bytes only, and the reference policies below do the same.
         return EntryCacheManager(max_size_bytes, time_threshold_ms=time_threshold_ms,
                                  eviction_watermark=eviction_watermark,
                                  max_requeue_count_when_expected_reads=max_requeue if requeues
                                  else 0,
-                                 extend_ttl_of_recently_accessed=extend, clock=clock)
+                                 extend_ttl_of_recently_accessed=extend, clock=clock,
+                                 entry_overhead_bytes=0)
     return build
 
 

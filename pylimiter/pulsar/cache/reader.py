@@ -62,6 +62,8 @@ class EntryReader:
 
     def __init__(self, manager, storage: Storage, max_reads_in_flight_bytes: int, *,
                  acquire_timeout: Optional[float] = 60.0, max_queue_size: int = 10000):
+        if not callable(getattr(manager, "cache", None)):
+            raise TypeError(f"manager must be an EntryCacheManager, not {type(manager).__name__}")
         if not callable(storage):
             raise TypeError(f"storage must be an async callable, not {type(storage).__name__}")
         limit = check_int(max_reads_in_flight_bytes, "max_reads_in_flight_bytes")
@@ -83,7 +85,11 @@ class EntryReader:
         return self._sem
 
     def estimate(self, entries: int) -> int:
-        """The permit a storage read of ``entries`` entries asks for."""
+        """The permit a storage read of ``entries`` (an int >= 0) entries
+        asks for."""
+        entries = check_int(entries, "entries")
+        if entries < 0:
+            raise ValueError(f"entries must be >= 0, got {entries}")
         avg = self._manager.average_entry_size
         n = entries * (DEFAULT_ENTRY_SIZE_ESTIMATE if avg is None else avg)
         return min(n, self._limit) if self._limit else n
