@@ -164,8 +164,10 @@ class NamespaceBundles:
         return iter(self._bundles)
 
     def __eq__(self, other) -> bool:
+        # False, not NotImplemented, for anything else: Python would then ask
+        # the other object, whose __eq__ may do anything.
         if type(other) is not NamespaceBundles:
-            return NotImplemented
+            return False
         return self._boundaries == other._boundaries
 
     def __hash__(self) -> int:
@@ -177,7 +179,9 @@ class NamespaceBundles:
     def index(self, hash: int) -> int:  # noqa: A002
         """The position in ``bundles`` of the bundle holding ``hash``: the
         largest boundary <= hash (the last boundary belongs to the last
-        bundle), as ``NamespaceBundles.getBundle`` binary-searches it."""
+        bundle), as ``NamespaceBundles.getBundle`` binary-searches it.
+        TypeError for anything but an int, ValueError outside 0..0xffffffff."""
+        hash = _check_hash(hash, "hash")  # noqa: A001
         i = bisect.bisect_right(self._boundaries, hash) - 1
         return min(i, len(self._bundles) - 1)
 

@@ -119,7 +119,11 @@ class BrokerLoad:
                                        bandwidth_in: float, bandwidth_out: float) -> float:
         """The highest weighted usage, as a fraction
         (``LocalBrokerData.getMaxResourceUsageWithWeight``).  Usages above
-        100% are not capped."""
+        100% are not capped.  The weights are finite numbers >= 0."""
+        return self._weighted(*LoadWeights(cpu, memory, direct_memory, bandwidth_in,
+                                           bandwidth_out).astuple())
+
+    def _weighted(self, cpu, memory, direct_memory, bandwidth_in, bandwidth_out) -> float:
         return max(self.cpu.percent * cpu, self.memory.percent * memory,
                    self.direct_memory.percent * direct_memory,
                    self.bandwidth_in.percent * bandwidth_in,
@@ -127,7 +131,7 @@ class BrokerLoad:
 
     def weighted_usage(self, weights: LoadWeights) -> float:
         """``max_resource_usage_with_weight`` with a LoadWeights."""
-        return self.max_resource_usage_with_weight(*weights.astuple())
+        return self._weighted(*instance("weights", weights, LoadWeights).astuple())
 
     def format_usage(self) -> str:
         """``LocalBrokerData.printResourceUsage``: ``"cpu: 10.00%, memory:

@@ -182,8 +182,10 @@ def split_boundaries(algorithm: str, bundle: Bundle,
             bundle, stats, max_msg_rate=number("max_msg_rate", max_msg_rate),
             max_bandwidth_mbytes=number("max_bandwidth_mbytes", max_bandwidth_mbytes),
             threshold_pct=number("threshold_pct", threshold_pct))
-    names = topics.keys() if isinstance(topics, Mapping) else set(topics)
-    hashes = [h for h in map(topic_hash, names) if bundle.contains(h)]
+    # topic_hash refuses anything but a str before a set hashes it.
+    hashes = {topic_hash(name) for name in (topics.keys() if isinstance(topics, Mapping)
+                                             else topics)}
+    hashes = [h for h in hashes if bundle.contains(h)]
     if algorithm == "topic_count_equally_divide":
         return topic_count_equally_divide(bundle, hashes)
     return specified_positions_divide(bundle, len(hashes), positions)

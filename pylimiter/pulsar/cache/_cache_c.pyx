@@ -321,7 +321,7 @@ cdef class CacheEntry:
         if not (self.e.flags & PLIM_CQ_INIT):
             return "<CacheEntry uninitialised>"
         state = " removed" if self.e.flags & PLIM_CQ_REMOVED else ""
-        return (f"<CacheEntry key={self.key!r} size={self.e.size} "
+        return (f"<CacheEntry key={contract.show(self.key)} size={self.e.size} "
                 f"expected_reads={self.expected_reads} requeues={self.e.requeue_count}{state}>")
 
 
@@ -756,7 +756,8 @@ cdef class EntryCache:
     def __repr__(self):
         if self._manager is None:
             return "<EntryCache uninitialised>"
-        return f"<EntryCache {self._name!r} entries={self.ix.entries} bytes={self.ix.bytes}>"
+        return (f"<EntryCache {contract.show(self._name)} entries={self.ix.entries} "
+                f"bytes={self.ix.bytes}>")
 
 
 # ---- EntryCacheManager -------------------------------------------------------------

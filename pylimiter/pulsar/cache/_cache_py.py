@@ -65,6 +65,7 @@ from ._common import (
     not_initialised_entry_error,
     not_initialised_error,
     removed_error,
+    show,
     threshold_bytes,
     total_bytes_error,
 )
@@ -209,7 +210,7 @@ class CacheEntry(_Guarded):
         if not _is_set(self, "_size"):
             return "<CacheEntry uninitialised>"
         state = " removed" if self._removed else ""
-        return (f"<CacheEntry key={self._key!r} size={self._size} "
+        return (f"<CacheEntry key={show(self._key)} size={self._size} "
                 f"expected_reads={self.expected_reads} requeues={self._requeues}{state}>")
 
 
@@ -581,7 +582,8 @@ class EntryCache(_Guarded):
     def __repr__(self) -> str:
         if not _is_set(self, "_manager"):
             return "<EntryCache uninitialised>"
-        return f"<EntryCache {self._name!r} entries={len(self._index)} bytes={self._size}>"
+        return (f"<EntryCache {show(self._name)} entries={len(self._index)} "
+                f"bytes={self._size}>")
 
 
 class EntryCacheManager(_Guarded):
