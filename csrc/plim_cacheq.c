@@ -29,11 +29,19 @@
  * Pages: an index keeps its pages in an array sorted by (ledger, first id),
  * found by binary search behind a one-page hint.  A page covers
  * PLIM_CQ_PAGE_SIZE (64) consecutive ids; a 64-bit mask says which are
- * present and a packed array, grown by doubling and shrunk when a quarter
- * full, holds their entries in id order (slot s lives at index
- * popcount(mask & ((1 << s) - 1))).  Sparse positions thus cost one small
- * page each, not 64 slots.  Tailing inserts and reads touch the hinted page
- * (O(1)); a new page costs a memmove of the page pointers after it.
+ * present.  A page has two layouts, told apart by its capacity:
+ *   - packed (cap < 64): slots[] holds the present entries in id order, slot
+ *     s at index popcount(mask & ((1 << s) - 1)); the array grows by
+ *     doubling and shrinks when a quarter full, so scattered positions cost
+ *     one small page each (a lone entry: 40 bytes) instead of 64 slots;
+ *   - direct (cap == 64): slot s at index s, as a dense run fills a page;
+ *     removing an entry clears its slot without moving the others, so FIFO
+ *     eviction of dense entries costs what it did with plain arrays.
+ * A packed page that fills becomes direct when it grows to 64; a direct page
+ * that falls to 16 entries is compacted back (the gap between the two
+ * thresholds keeps a page from switching at every insert and remove).
+ * Tailing inserts and reads touch the hinted page (O(1)); a new page costs a
+ * memmove of the page pointers after it.
  *
  * Locking: none.  The caller serialises all calls on a queue and on the
  * indexes of its entries (the binding runs every call holding the GIL).
@@ -88,6 +96,18 @@ static inline unsigned rank_of(const plim_cq_page_t *p, unsigned s) {
 
 static inline size_t page_bytes(uint32_t cap) {
     return sizeof(plim_cq_page_t) + (size_t)cap * sizeof(plim_cq_entry_t *);
+}
+
+#define DIRECT_CAP ((uint32_t)PLIM_CQ_PAGE_SIZE)
+#define COMPACT_AT (PLIM_CQ_PAGE_SIZE / 4)   /* a direct page this sparse is packed again */
+
+static inline int is_direct(const plim_cq_page_t *p) {
+    return p->cap == DIRECT_CAP;
+}
+
+/* The entry in slot s, which must be present. */
+static inline plim_cq_entry_t *page_at(const plim_cq_page_t *p, unsigned s) {
+    return is_direct(p) ? p->slots[s] : p->slots[rank_of(p, s)];
 }
 
 /* ======================================================================== */
@@ -326,7 +346,49 @@ plim_cq_entry_t *plim_cq_index_get(plim_cq_index_t *ix, int64_t ledger, int64_t 
     unsigned s = (unsigned)(entry & SLOT_MASK);
     if (!(p->mask & (UINT64_C(1) << s)))
         return NULL;
-    return p->slots[rank_of(p, s)];
+    return page_at(p, s);
+}
+
+/* Turn a full packed page, already reallocated to DIRECT_CAP slots, into the
+ * direct layout: each entry moves from its rank to its slot.  Slots only move
+ * up (s >= rank), so going from the highest rank down overwrites nothing
+ * that still has to move. */
+static void spread(plim_cq_page_t *p) {
+    unsigned pos[PLIM_CQ_PAGE_SIZE];
+    unsigned n = 0;
+    for (uint64_t m = p->mask; m; m &= m - 1)
+        pos[n++] = ctz64(m);
+    while (n-- > 0)
+        p->slots[pos[n]] = p->slots[n];
+    p->cap = DIRECT_CAP;
+}
+
+/* After entries left page i (which still has some): a direct page at or
+ * below COMPACT_AT entries is packed again, and a packed page at most a
+ * quarter full shrinks; either way to the smallest power of two that holds
+ * what is left, so a page that drains entry by entry reallocates a few times,
+ * not at every halving.  A failed realloc keeps the bigger block: nothing is
+ * lost but memory. */
+static void settle(plim_cq_index_t *ix, size_t i) {
+    plim_cq_page_t *p = ix->pages[i];
+    unsigned n = popcount64(p->mask);
+    int was_direct = is_direct(p);
+    if (was_direct) {
+        if (n > COMPACT_AT)
+            return;
+        unsigned k = 0;
+        for (uint64_t m = p->mask; m; m &= m - 1)
+            p->slots[k++] = p->slots[ctz64(m)];   /* k <= slot: moves only down */
+    } else if (n > p->cap / 4) {
+        return;
+    }
+    uint32_t cap = 1;
+    while (cap < n)
+        cap *= 2;
+    p->cap = cap;                       /* packed from here (cap <= COMPACT_AT) */
+    plim_cq_page_t *smaller = realloc(p, page_bytes(cap));
+    if (smaller)
+        ix->pages[i] = smaller;
 }
 
 int plim_cq_index_put(plim_cq_index_t *ix, plim_cq_entry_t *e, int64_t ledger, int64_t entry) {
@@ -342,18 +404,28 @@ int plim_cq_index_put(plim_cq_index_t *ix, plim_cq_entry_t *e, int64_t ledger, i
         p = ix->pages[i];
         if (p->mask & bit)
             return 1;
-        unsigned n = popcount64(p->mask);
-        if (n == p->cap) {
-            /* Grow by doubling; n < PLIM_CQ_PAGE_SIZE since slot s is free. */
-            plim_cq_page_t *bigger = realloc(p, page_bytes(p->cap * 2));
-            if (!bigger)
-                return -1;
-            p = ix->pages[i] = bigger;
-            p->cap *= 2;
+        if (is_direct(p)) {
+            p->slots[s] = e;
+        } else {
+            unsigned n = popcount64(p->mask);
+            if (n == p->cap) {
+                /* Grow by doubling; n < PLIM_CQ_PAGE_SIZE since slot s is free. */
+                plim_cq_page_t *bigger = realloc(p, page_bytes(p->cap * 2));
+                if (!bigger)
+                    return -1;
+                p = ix->pages[i] = bigger;
+                if (p->cap * 2 == DIRECT_CAP) {
+                    spread(p);
+                    p->slots[s] = e;
+                    goto placed;
+                }
+                p->cap *= 2;
+            }
+            unsigned r = rank_of(p, s);
+            memmove(&p->slots[r + 1], &p->slots[r], (n - r) * sizeof(p->slots[0]));
+            p->slots[r] = e;
         }
-        unsigned r = rank_of(p, s);
-        memmove(&p->slots[r + 1], &p->slots[r], (n - r) * sizeof(p->slots[0]));
-        p->slots[r] = e;
+    placed:
         p->mask |= bit;
     } else {
         if (ix->npages == ix->cap) {
@@ -397,23 +469,6 @@ static void drop_page(plim_cq_index_t *ix, size_t i) {
         ix->hint = ix->npages ? ix->npages - 1 : 0;
 }
 
-/* Give back room when page i is at most a quarter full (a failed realloc
- * keeps the bigger page: nothing is lost but memory). */
-static void maybe_shrink(plim_cq_index_t *ix, size_t i) {
-    plim_cq_page_t *p = ix->pages[i];
-    unsigned n = popcount64(p->mask);
-    uint32_t cap = p->cap;
-    while (cap > 1 && n <= cap / 4)
-        cap /= 2;
-    if (cap < p->cap) {
-        plim_cq_page_t *smaller = realloc(p, page_bytes(cap));
-        if (smaller) {
-            smaller->cap = cap;
-            ix->pages[i] = smaller;
-        }
-    }
-}
-
 void plim_cq_index_remove(plim_cq_entry_t *e) {
     plim_cq_index_t *ix = e->owner;
     CQ_ASSERT(ix != NULL);
@@ -421,11 +476,13 @@ void plim_cq_index_remove(plim_cq_entry_t *e) {
     CQ_ASSERT(i < ix->npages);
     plim_cq_page_t *p = ix->pages[i];
     unsigned s = (unsigned)(e->entry & SLOT_MASK);
-    unsigned r = rank_of(p, s);
-    unsigned n = popcount64(p->mask);
     CQ_ASSERT((p->mask >> s) & 1u);
-    CQ_ASSERT(p->slots[r] == e);
-    memmove(&p->slots[r], &p->slots[r + 1], (n - r - 1) * sizeof(p->slots[0]));
+    CQ_ASSERT(page_at(p, s) == e);
+    if (!is_direct(p)) {
+        unsigned r = rank_of(p, s);
+        unsigned n = popcount64(p->mask);
+        memmove(&p->slots[r], &p->slots[r + 1], (n - r - 1) * sizeof(p->slots[0]));
+    }
     p->mask &= ~(UINT64_C(1) << s);
     e->owner = NULL;
     ix->entries--;
@@ -433,7 +490,7 @@ void plim_cq_index_remove(plim_cq_entry_t *e) {
     if (p->mask == 0)
         drop_page(ix, i);
     else
-        maybe_shrink(ix, i);
+        settle(ix, i);
 }
 
 static int pos_le(int64_t l1, int64_t e1, int64_t l2, int64_t e2) {
@@ -455,11 +512,13 @@ void plim_cq_index_range(plim_cq_index_t *ix, int64_t l1, int64_t e1, int64_t l2
         plim_cq_page_t *p = ix->pages[i];
         if (!pos_le(p->ledger, p->first, l2, e2))
             break;
+        int direct = is_direct(p);
         unsigned r = 0;
         for (uint64_t m = p->mask; m; m &= m - 1, r++) {
-            int64_t id = p->first + (int64_t)ctz64(m);
+            unsigned s = ctz64(m);
+            int64_t id = p->first + (int64_t)s;
             if (pos_le(l1, e1, p->ledger, id) && pos_le(p->ledger, id, l2, e2))
-                fn(p->slots[r], arg);
+                fn(p->slots[direct ? s : r], arg);
         }
     }
 }
@@ -471,13 +530,15 @@ void plim_cq_index_drop_upto(plim_cq_index_t *ix, plim_cq_t *q, int64_t ledger, 
         plim_cq_page_t *p = ix->pages[i];
         if (!pos_le(p->ledger, p->first, ledger, entry))
             break;
-        /* The entries at or before the bound are a prefix of slots[]. */
+        /* The entries at or before the bound are the lowest slots: a prefix
+         * of slots[] in a packed page. */
+        int direct = is_direct(p);
         unsigned k = 0;
         for (uint64_t m = p->mask; m; m &= m - 1, k++) {
             unsigned s = ctz64(m);
             if (!pos_le(p->ledger, p->first + (int64_t)s, ledger, entry))
                 break;
-            plim_cq_entry_t *e = p->slots[k];
+            plim_cq_entry_t *e = p->slots[direct ? s : k];
             p->mask &= ~(UINT64_C(1) << s);
             e->owner = NULL;
             ix->entries--;
@@ -490,9 +551,9 @@ void plim_cq_index_drop_upto(plim_cq_index_t *ix, plim_cq_t *q, int64_t ledger, 
         if (p->mask == 0) {
             emptied = i + 1;
         } else {
-            unsigned left = popcount64(p->mask);
-            memmove(&p->slots[0], &p->slots[k], left * sizeof(p->slots[0]));
-            maybe_shrink(ix, i);
+            if (!direct)
+                memmove(&p->slots[0], &p->slots[k], popcount64(p->mask) * sizeof(p->slots[0]));
+            settle(ix, i);
             break;  /* a page with survivors ends the prefix: later ones are beyond */
         }
     }

@@ -21,9 +21,11 @@ static uint64_t next_rand(void) {
     return rng;
 }
 
+static int64_t spacing = 7;
+
 static void pos_of(int i, int64_t *l, int64_t *e) {
-    *l = i % 3;                 /* three ledgers */
-    *e = (int64_t)(i / 3) * 7;  /* sparse ids: several pages */
+    *l = i % 3;                       /* three ledgers */
+    *e = (int64_t)(i / 3) * spacing;  /* 7: sparse ids (packed pages); 1: dense (direct) */
 }
 
 struct range_acc { int64_t last_l, last_e; int n; int ordered; };
@@ -266,6 +268,11 @@ static void test_pages(void) {
 }
 
 int main(void) {
+    test_index_against_model();
+    /* again with consecutive ids: pages fill up to the direct layout and
+     * fall back to packed as they drain */
+    spacing = 1;
+    memset(in_cache, 0, sizeof(in_cache));
     test_index_against_model();
     test_walk_rule();
     test_any_int64_is_a_time();

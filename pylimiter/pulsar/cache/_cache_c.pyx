@@ -136,15 +136,13 @@ cdef inline int64_t _read_clock(object clock) except? -1:
     """One reading: an int in the int64 range (TypeError, ValueError else).
     Whatever the clock raises, KeyboardInterrupt included, propagates: every
     caller reads it where the cache is consistent."""
-    cdef int overflow = 0
-    cdef long long v
     now = PyObject_CallNoArgs(clock)
     if type(now) is not int:
         raise contract.clock_error(now)
-    v = PyLong_AsLongLongAndOverflow(now, &overflow)
-    if overflow:
-        raise contract.clock_error(now)
-    return v
+    try:
+        return <int64_t>now
+    except OverflowError:
+        raise contract.clock_error(now) from None   # a ValueError: outside int64
 
 
 cdef inline int _parse_pos(object position, int64_t *ledger, int64_t *entry,

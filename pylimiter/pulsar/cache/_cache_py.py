@@ -48,7 +48,7 @@ from ._common import (
     cache_name_error,
     check_bound,
     check_clock,
-    check_clock_value,
+    clock_error,
     check_entry_overhead,
     check_expected_reads,
     check_key,
@@ -77,7 +77,10 @@ Data = Union[bytes, memoryview]
 
 
 def _now(clock) -> int:
-    return check_clock_value(clock())
+    now = clock()
+    if type(now) is int and MIN_I64 <= now <= MAX_ID:
+        return now
+    raise clock_error(now)
 
 
 def _is_set(obj, attr: str) -> bool:
@@ -89,18 +92,21 @@ def _is_set(obj, attr: str) -> bool:
 
 
 class _Guarded:
-    """State that only __init__ sets: a missing attribute on an object whose
-    ``_SENTINEL`` attribute is unset means "built with __new__ alone"."""
+    """Copy and pickle refused; ``_ok()`` raises NotInitialisedError on an
+    object built with ``cls.__new__(cls)`` alone (its ``_SENTINEL`` slot is
+    unset).  Each public method and property calls it (or reads the
+    sentinel in a try) first: a class-level ``__getattr__`` would do the same
+    with less code, but it turns off CPython's fast slot reads for every
+    attribute of the class."""
 
     __slots__ = ()
     _SENTINEL = ""
 
-    def __getattr__(self, name):
-        # Only reached when normal lookup failed.
-        cls = type(self).__name__
-        if not _is_set(self, self._SENTINEL):
-            raise not_initialised_error(cls)
-        raise AttributeError(f"{cls!r} object has no attribute {name!r}")
+    def _ok(self) -> None:
+        try:
+            object.__getattribute__(self, self._SENTINEL)
+        except AttributeError:
+            raise not_initialised_error(type(self).__name__) from None
 
     def __reduce__(self):
         raise copy_error(type(self).__name__)
@@ -152,57 +158,67 @@ class CacheEntry(_Guarded):
     @property
     def key(self) -> Hashable:
         """The key (the position for entries made by an EntryCache)."""
+        self._ok()
         return self._key
 
     @property
     def size(self) -> int:
         """Bytes this entry accounts for."""
+        self._ok()
         return self._size
 
     @property
     def timestamp_ns(self) -> int:
         """Creation time, reset to the queue clock's now by every requeue."""
+        self._ok()
         return self._ts
 
     @property
     def accessed(self) -> bool:
         """Set by a cache hit (get, get_range, EntryReader); cleared by a
         requeue."""
+        self._ok()
         return self._accessed
 
     @accessed.setter
     def accessed(self, value: bool) -> None:
-        self._size  # noqa: B018  (NotInitialisedError before anything is set)
+        self._ok()
         self._accessed = bool(value)
 
     @property
     def removed(self) -> bool:
         """True once a removal queue evicted it or its cache invalidated it."""
+        self._ok()
         return self._removed
 
     @property
     def requeue_count(self) -> int:
         """Requeues by either walk; never reset."""
+        self._ok()
         return self._requeues
 
     @property
     def expected_reads(self) -> Optional[int]:
         """Reads still expected (may be negative: Pulsar has no floor), or
         None when the entry has no read-count tracking."""
+        self._ok()
         return self._reads if self._tracked else None
 
     @property
     def has_expected_reads(self) -> bool:
         """Tracked and expected_reads > 0."""
+        self._ok()
         return self._tracked and self._reads > 0
 
     def mark_read(self) -> None:
         """One expected read happened (the entry was delivered once)."""
+        self._ok()
         if self._tracked and self._reads > MIN_I64:
             self._reads -= 1
 
     def add_expected_read(self) -> None:
         """One more read is expected (the entry went on a replay queue)."""
+        self._ok()
         if self._tracked and self._reads < MAX_ID:
             self._reads += 1
 
@@ -252,21 +268,23 @@ class RemovalQueue(_Guarded):
     @property
     def max_requeue_count_when_expected_reads(self) -> int:
         """managedLedgerCacheEvictionExtendTTLOfEntriesWithRemainingExpectedReadsMaxTimes."""
+        self._ok()
         return self._max_requeue
 
     @max_requeue_count_when_expected_reads.setter
     def max_requeue_count_when_expected_reads(self, value: int) -> None:
-        self._order  # noqa: B018  (NotInitialisedError before anything is set)
+        self._ok()
         self._max_requeue = check_max_requeue(value)
 
     @property
     def extend_ttl_of_recently_accessed(self) -> bool:
         """managedLedgerCacheEvictionExtendTTLOfRecentlyAccessed."""
+        self._ok()
         return self._extend
 
     @extend_ttl_of_recently_accessed.setter
     def extend_ttl_of_recently_accessed(self, value: bool) -> None:
-        self._order  # noqa: B018
+        self._ok()
         self._extend = bool(value)
 
     # ---- contents ------------------------------------------------------------
@@ -276,6 +294,7 @@ class RemovalQueue(_Guarded):
         (here or elsewhere), was removed or was never initialised is a
         ValueError, and so is one that would take the queue's byte total past
         2**63 - 1."""
+        self._ok()
         order = self._order
         if type(entry) is not CacheEntry:
             raise TypeError(f"expected a CacheEntry, not {type(entry).__name__}")
@@ -293,22 +312,27 @@ class RemovalQueue(_Guarded):
 
     def is_empty(self) -> bool:
         """True when no entry is queued."""
+        self._ok()
         return not self._order
 
     def __len__(self) -> int:
+        self._ok()
         return len(self._order)
 
     def __iter__(self) -> Iterator[CacheEntry]:
         """The queued entries, head (next to be walked) first; a snapshot."""
+        self._ok()
         return iter(list(self._order))
 
     @property
     def size(self) -> int:
         """Bytes of the queued entries."""
+        self._ok()
         return self._bytes
 
     def non_evictable(self) -> tuple[int, int]:
         """(entries, bytes) of the queued entries with has_expected_reads."""
+        self._ok()
         n = b = 0
         for e in self._order:
             if e._tracked and e._reads > 0:
@@ -322,7 +346,7 @@ class RemovalQueue(_Guarded):
         """Walk from the head over entries older than ``timestamp_ns``,
         requeueing or removing each by the rule; the first entry that is not
         older stops the walk.  Returns (entries removed, bytes removed)."""
-        self._order  # noqa: B018
+        self._ok()
         before = check_timestamp(timestamp_ns)
         return self._walk(before, 0)
 
@@ -331,7 +355,7 @@ class RemovalQueue(_Guarded):
         cycling past the tail as often as needed, until the bytes removed
         reach ``size_to_free`` (> 0, else ValueError) or the queue is empty.
         Returns (entries removed, bytes removed)."""
-        self._order  # noqa: B018
+        self._ok()
         return self._walk(None, min(check_size_to_free(size_to_free), MAX_ID))
 
     def _walk(self, before: Optional[int], size_to_free: int) -> tuple[int, int]:
@@ -383,7 +407,8 @@ class RemovalQueue(_Guarded):
         if owner is not None:
             owner._forget(e)
         self._evicted_entries += 1
-        self._evicted_bytes = min(self._evicted_bytes + e._size, MAX_U64)
+        b = self._evicted_bytes + e._size
+        self._evicted_bytes = b if b <= MAX_U64 else MAX_U64
 
     def _unlink(self, e: CacheEntry) -> None:
         del self._order[e]
@@ -425,26 +450,27 @@ class EntryCache(_Guarded):
     @property
     def name(self) -> str:
         """The topic (managed ledger) name."""
-        self._manager  # noqa: B018
+        self._ok()
         return self._name
 
     @property
     def manager(self) -> "EntryCacheManager":
         """The manager whose queue and limits this cache uses."""
+        self._ok()
         return self._manager
 
     @property
     def size(self) -> int:
         """Bytes cached here (entry_overhead_bytes included)."""
-        self._manager  # noqa: B018
+        self._ok()
         return self._size
 
     def __len__(self) -> int:
-        self._manager  # noqa: B018
+        self._ok()
         return len(self._index)
 
     def __contains__(self, position) -> bool:
-        self._manager  # noqa: B018
+        self._ok()
         return check_position(position) in self._index
 
     def insert(self, position: tuple[int, int], data: Data, *, expected_reads: int = 0) -> bool:
@@ -459,7 +485,10 @@ class EntryCache(_Guarded):
         the cache and filled the position or disabled caching, the insert
         returns False, and whatever it raises propagates with the cache
         unchanged."""
-        m = self._manager
+        try:
+            m = self._manager
+        except AttributeError:
+            raise not_initialised_error("EntryCache") from None
         pos = check_position(position)
         size = data_size(data)
         n = check_expected_reads(expected_reads)
@@ -493,7 +522,9 @@ class EntryCache(_Guarded):
         else:
             insort(self._sorted, pos)
         self._size += charge
-        q.add(e)
+        e._queue = q                # q.add(e) without its checks: e is new and fits
+        q._order[e] = None
+        q._bytes += charge
         m._inserts += 1
         m._inserted_bytes += size
         if q._bytes > m._trigger_bytes:
@@ -503,7 +534,10 @@ class EntryCache(_Guarded):
     def get(self, position: tuple[int, int]) -> Optional[Data]:
         """The cached data, or None.  A hit marks the entry accessed; each
         call counts one hit or one miss."""
-        m = self._manager
+        try:
+            m = self._manager
+        except AttributeError:
+            raise not_initialised_error("EntryCache") from None
         e = self._index.get(check_position(position))
         if e is None:
             m._misses += 1
@@ -516,7 +550,7 @@ class EntryCache(_Guarded):
         """The data of the cached entries with first <= position <= last, in
         position order (uncached positions are absent); marks them accessed,
         as Pulsar's getRange does, and changes no counter."""
-        self._manager  # noqa: B018
+        self._ok()
         lo, hi = check_bound(first), check_bound(last)
         out = []
         s = self._sorted
@@ -528,7 +562,7 @@ class EntryCache(_Guarded):
 
     def mark_read(self, position: tuple[int, int]) -> None:
         """The entry at ``position`` was delivered once (no-op if not cached)."""
-        self._manager  # noqa: B018
+        self._ok()
         e = self._index.get(check_position(position))
         if e is not None:
             e.mark_read()
@@ -536,7 +570,7 @@ class EntryCache(_Guarded):
     def add_expected_read(self, position: tuple[int, int]) -> None:
         """The entry at ``position`` went on a replay queue (no-op if not
         cached)."""
-        self._manager  # noqa: B018
+        self._ok()
         e = self._index.get(check_position(position))
         if e is not None:
             e.add_expected_read()
@@ -544,13 +578,13 @@ class EntryCache(_Guarded):
     def invalidate_up_to(self, position: tuple[int, int]) -> tuple[int, int]:
         """Drop every entry at or before ``position`` (the mark-delete moved
         past it).  Returns (entries, bytes); not counted as evictions."""
-        self._manager  # noqa: B018
+        self._ok()
         hi = check_bound(position)
         return self._drop(bisect_right(self._sorted, hi))
 
     def clear(self) -> tuple[int, int]:
         """Drop every entry.  Returns (entries, bytes)."""
-        self._manager  # noqa: B018
+        self._ok()
         return self._drop(len(self._sorted))
 
     def _drop(self, upto: int) -> tuple[int, int]:
@@ -657,12 +691,12 @@ class EntryCacheManager(_Guarded):
         per entry.  Setting it only recomputes the thresholds (the next insert
         or pass evicts); 0 disables caching and the next pass empties the
         cache."""
-        self._queue  # noqa: B018
+        self._ok()
         return self._max
 
     @max_size_bytes.setter
     def max_size_bytes(self, value: int) -> None:
-        self._queue  # noqa: B018
+        self._ok()
         self._max = check_max_size(value)
         self._recompute()
 
@@ -670,50 +704,55 @@ class EntryCacheManager(_Guarded):
     def entry_overhead_bytes(self) -> int:
         """Bytes each cached entry counts beyond its payload (default
         ENTRY_OVERHEAD_BYTES, what an entry costs in memory)."""
-        self._queue  # noqa: B018
+        self._ok()
         return self._overhead
 
     @property
     def eviction_watermark(self) -> float:
         """Size eviction frees down to this fraction of max_size_bytes."""
-        self._queue  # noqa: B018
+        self._ok()
         return self._watermark
 
     @property
     def eviction_trigger(self) -> float:
         """Size eviction starts above this fraction of max_size_bytes."""
-        self._queue  # noqa: B018
+        self._ok()
         return self._trigger
 
     @property
     def time_threshold_ms(self) -> float:
         """Entries older than this are expired by run_eviction (unless
         requeued)."""
-        self._queue  # noqa: B018
+        self._ok()
         return self._time_threshold_ms
 
     @property
     def max_requeue_count_when_expected_reads(self) -> int:
         """The queue's requeue limit for entries with expected reads."""
+        self._ok()
         return self._queue.max_requeue_count_when_expected_reads
 
     @max_requeue_count_when_expected_reads.setter
     def max_requeue_count_when_expected_reads(self, value: int) -> None:
+        self._ok()
         self._queue.max_requeue_count_when_expected_reads = value
 
     @property
     def extend_ttl_of_recently_accessed(self) -> bool:
         """Whether the queue requeues entries accessed since the last walk."""
+        self._ok()
         return self._queue.extend_ttl_of_recently_accessed
 
     @extend_ttl_of_recently_accessed.setter
     def extend_ttl_of_recently_accessed(self, value: bool) -> None:
+        self._ok()
         self._queue.extend_ttl_of_recently_accessed = value
 
     # ---- caches and state ----------------------------------------------------
 
     def cache(self, name: str) -> EntryCache:
         """The EntryCache of topic ``name`` (a str), created on first use."""
+        self._ok()
         caches = self._caches
         if type(name) is not str:
             raise cache_name_error(name)
@@ -725,21 +764,24 @@ class EntryCacheManager(_Guarded):
     @property
     def size(self) -> int:
         """Bytes cached in all caches (entry_overhead_bytes included)."""
+        self._ok()
         return self._queue._bytes
 
     @property
     def average_entry_size(self) -> Optional[int]:
         """Mean payload size (floor) of the entries inserted so far, None
         before any (the read path's estimate; no overhead counted)."""
-        self._queue  # noqa: B018
+        self._ok()
         return self._inserted_bytes // self._inserts if self._inserts else None
 
     def non_evictable(self) -> tuple[int, int]:
         """(entries, bytes) cached with remaining expected reads."""
+        self._ok()
         return self._queue.non_evictable()
 
     def stats(self) -> CacheStats:
         """A snapshot of the counters and gauges."""
+        self._ok()
         q = self._queue
         return CacheStats(self._hits, self._misses, self._inserts, q._evicted_entries,
                           q._evicted_bytes, q._requeues, q._bytes, len(q._order))
@@ -750,6 +792,7 @@ class EntryCacheManager(_Guarded):
         """One periodic pass: ``evict_before(clock() - time_threshold)``,
         then, when the size is above the trigger, ``evict_least_accessed``
         down to the watermark.  Returns the (entries, bytes) of both steps."""
+        self._ok()
         q = self._queue
         n, b = q._walk(max(_now(self._clock) - self._threshold_ns, MIN_I64), 0)
         if q._bytes > self._trigger_bytes:
