@@ -22,6 +22,24 @@ MODULES = {"c": "pylimiter.pulsar.cache._cache_c", "python": "pylimiter.pulsar.c
 MS = 1_000_000
 ROOT = Path(__file__).resolve().parents[2]
 
+#: A Py_DEBUG interpreter (python3.11-dbg): every allocation and refcount is
+#: checked, so the same work takes 10-80x longer (more under
+#: gc.set_threshold(1)).  The property tests then run fewer examples and the
+#: simulator's workloads are left to the release build, so the debug tier
+#: stays within its budget while still driving every code path of the
+#: extension.
+DEBUG_BUILD = hasattr(sys, "gettotalrefcount")
+
+
+def examples(n: int) -> int:
+    """Hypothesis examples for a property test: ``n``, or a twelfth (at least
+    5) on a debug build."""
+    return max(5, n // 12) if DEBUG_BUILD else n
+
+
+release_only = pytest.mark.skipif(
+    DEBUG_BUILD, reason="a simulator workload: too slow under Py_DEBUG, run by the release build")
+
 
 @pytest.fixture
 def cm(impl):

@@ -184,7 +184,7 @@ def test_hostile_argument_matrix(label):
         assert all(math.isfinite(v) for v in shedder.averages.values())
 
 
-# ---- NaN and infinities (item 7) ---------------------------------------------------------------
+# ---- NaN and infinities (item 7) -------------------------------------------------------------
 
 
 @pytest.mark.parametrize("bad", [math.nan, math.inf, -math.inf])
@@ -233,7 +233,7 @@ def test_an_overflowing_usage_is_refused_before_it_averages():
     assert shedder.averages == before
 
 
-# ---- the sessions threshold (item 10) ----------------------------------------------------------
+# ---- the sessions threshold (item 10) --------------------------------------------------------
 
 
 @pytest.mark.parametrize("off", [-1, 0, -1000])
@@ -247,7 +247,7 @@ def test_max_sessions_at_or_below_zero_disables_the_sessions_threshold(off):
     assert BundleSplitter(max_sessions=1000).over_threshold(crowded)
 
 
-# ---- exceptions from the caller's objects (item 5) -------------------------------------------------
+# ---- exceptions from the caller's objects (item 5) -------------------------------------------
 
 
 def test_keyboard_interrupt_from_the_random_source_changes_nothing():

@@ -23,6 +23,7 @@ import pytest
 from pylimiter.pulsar.cache import ENTRY_OVERHEAD_BYTES, EntryReader, NotInitialisedError
 
 from ._cache_support import (  # noqa: F401  (cm is a fixture)
+    DEBUG_BUILD,
     MODULES,
     MS,
     BadHash,
@@ -665,7 +666,7 @@ class Owner:
             gc.collect()
         return self.t
 
-for round in range(60):
+for round in range({{rounds}}):
     q = mod.RemovalQueue(2, True, clock=lambda: 5)
     entries = [mod.CacheEntry(Key(i), i, expected_reads=i % 3) for i in range(20)]
     for e in entries[:15]:
@@ -687,5 +688,5 @@ st = survivor.stats()
 assert st.size == survivor.size == sc.size and st.entries == len(sc)
 print("ok", counter[0])
 """
-    out = run_isolated(code, timeout=300)
+    out = run_isolated(code.replace("{rounds}", "10" if DEBUG_BUILD else "60"), timeout=300)
     assert out.startswith("ok")

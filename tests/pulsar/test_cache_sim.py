@@ -22,7 +22,7 @@ from pylimiter.pulsar.cache.workloads import (
 )
 from tests._helpers import run_module
 
-from ._cache_support import FakeClock
+from ._cache_support import FakeClock, release_only
 
 SMALL = dict(scale=0.05, duration=4.0)
 
@@ -30,6 +30,7 @@ SMALL = dict(scale=0.05, duration=4.0)
 # ---- traces ------------------------------------------------------------------------------
 
 
+@release_only
 @pytest.mark.parametrize("workload", sorted(WORKLOADS))
 def test_traces_are_deterministic_and_seeded(workload):
     a = list(Trace(workload, 3, **SMALL))
@@ -41,6 +42,7 @@ def test_traces_are_deterministic_and_seeded(workload):
     assert {ADD, READ, MARK_DELETE} <= kinds
 
 
+@release_only
 def test_trace_reads_and_replays():
     t = Trace("keyshared", 1, scale=0.1, duration=20)
     events = list(t)
@@ -121,6 +123,7 @@ def test_lru_evicts_least_recently_used_globally():
     assert m.stats().entries == 2 and m.size == 200
 
 
+@release_only
 @pytest.mark.parametrize("policy", sorted(POLICIES))
 @pytest.mark.parametrize("workload", sorted(WORKLOADS))
 def test_replay_accounts_every_read(policy, workload):
@@ -132,6 +135,7 @@ def test_replay_accounts_every_read(policy, workload):
     assert r["peak_bytes"] <= 2 << 20
 
 
+@release_only
 def test_expected_reads_keep_catchup_entries():
     t = dict(scale=0.1, duration=15)
     pip = replay(Trace("catchup", 1, **t), "pip430", 64 << 20)
@@ -140,6 +144,7 @@ def test_expected_reads_keep_catchup_entries():
     assert pip["storage_bytes"] < fifo["storage_bytes"]
 
 
+@release_only
 def test_idle_pass_measures_without_evicting():
     ns = idle_pass_ns(50, ("pip430", "legacy", "lru"), rounds=3, budget_passes=5000)
     assert set(ns) == {"pip430", "legacy", "lru"} and all(v > 0 for v in ns.values())
@@ -215,6 +220,7 @@ def test_cli_usage_errors_are_one_line(args, needle):
     assert "Traceback" not in p.stderr
 
 
+@release_only
 def test_result_rows_fit_the_schema_types():
     """Every value has the Python type of its declared Spark type (an int
     duration where a double is declared is rejected by createDataFrame)."""

@@ -32,7 +32,14 @@ import asyncio
 
 from pylimiter.pulsar.cache import EntryReader
 
-from ._cache_support import MODULES, FakeClock, ScriptedClock, check_manager, snapshot
+from ._cache_support import (
+    MODULES,
+    FakeClock,
+    ScriptedClock,
+    check_manager,
+    examples,
+    snapshot,
+)
 
 
 class _Model:
@@ -185,7 +192,7 @@ class QueueMachine(RuleBasedStateMachine):
         assert self.q.non_evictable() == (len(want), sum(f["size"] for f in want))
 
 
-_SETTINGS = settings(max_examples=150, stateful_step_count=40, deadline=None,
+_SETTINGS = settings(max_examples=examples(150), stateful_step_count=40, deadline=None,
                      suppress_health_check=[HealthCheck.too_slow])
 
 
@@ -262,7 +269,7 @@ def _run(mod, ops):
 
 
 @pytest.mark.c_extension
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(st.lists(_op, max_size=80))
 def test_c_matches_the_pure_twin(ops):
     c = _run(importlib.import_module(MODULES["c"]), ops)
@@ -437,5 +444,5 @@ class TwinMachine(RuleBasedStateMachine):
 
 
 TestTwins = pytest.mark.c_extension(TwinMachine.TestCase)
-TestTwins.settings = settings(max_examples=120, stateful_step_count=40, deadline=None,
+TestTwins.settings = settings(max_examples=examples(120), stateful_step_count=40, deadline=None,
                               suppress_health_check=[HealthCheck.too_slow])

@@ -149,7 +149,7 @@ def test_hostile_argument_matrix(label):
         check_cursor(c)
 
 
-# ---- NaN and infinities (item 7) ---------------------------------------------------------------
+# ---- NaN and infinities (item 7) -------------------------------------------------------------
 
 
 @pytest.mark.parametrize("bad", [math.nan, math.inf, -math.inf])
@@ -215,7 +215,7 @@ assert c.mark_delete_position == (1, -1)
     assert "no size for hole 1:100" in out
 
 
-# ---- ids and the two ack paths (item 11) -----------------------------------------------------------
+# ---- ids and the two ack paths (item 11) -----------------------------------------------------
 
 
 def test_append_ledger_refuses_ids_past_int64():
@@ -258,7 +258,7 @@ def test_copies_are_independent():
         check_cursor(x)
 
 
-# ---- exceptions from the caller's objects (item 5) -------------------------------------------------
+# ---- exceptions from the caller's objects (item 5) -------------------------------------------
 
 
 class Interrupting(Mapping):

@@ -21,11 +21,13 @@ class BundleSplitter:
 
     ``max_topics`` is ``loadBalancerNamespaceBundleMaxTopics`` (1000),
     ``max_sessions`` ``loadBalancerNamespaceBundleMaxSessions`` (1000; any
-    value <= 0 turns the check off, as Pulsar's -1 does), ``max_msg_rate`` ``loadBalancerNamespaceBundleMaxMsgRate``
-    (30000 msg/s, long-term in+out), ``max_bandwidth_mbytes``
+    value <= 0 turns the check off, as Pulsar's -1 does), ``max_msg_rate``
+    ``loadBalancerNamespaceBundleMaxMsgRate`` (30000 msg/s, long-term
+    in+out), ``max_bandwidth_mbytes``
     ``loadBalancerNamespaceBundleMaxBandwidthMbytes`` (100 MB/s, long-term
     in+out) and ``max_bundles`` ``loadBalancerNamespaceMaximumBundles`` (128
-    per namespace)."""
+    per namespace).  Every setting is checked when set: NaN and infinities
+    are a ValueError."""
 
     def __init__(self, max_topics: int = 1000, max_sessions: int = 1000,
                  max_msg_rate: float = 30000, max_bandwidth_mbytes: float = 100,

@@ -216,7 +216,8 @@ class Cursor:
             try:
                 lower, upper = rec
             except (TypeError, ValueError):
-                raise TypeError(f"a record must be a (lower, upper) pair, got {show(rec)}") from None
+                raise TypeError(f"a record must be a (lower, upper) pair, "
+                                f"got {show(rec)}") from None
             lower = as_position(lower, "lower")
             upper = as_position(upper, "upper")
             if upper < lower:

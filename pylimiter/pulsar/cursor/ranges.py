@@ -26,8 +26,8 @@ neighbour when they fall under ``_MIN_CHUNK``.
 
 The common case, acks arriving in order at the tail of the newest ledger,
 skips the search: an entry beyond the last range either extends it or opens
-a new one at the end.  Both paths accept and refuse the same inputs, with
-the same exception types.
+a new one at the end of the last chunk (whose arrays the set keeps at hand).
+Both paths accept and refuse the same inputs, with the same exception types.
 
 Not thread-safe: the cursor that owns a set serialises access (Pulsar holds
 the cursor's write lock for every change).
@@ -60,7 +60,8 @@ class AckRangeSet:
     give an independent set; pickling works.
     """
 
-    __slots__ = ("_card", "_hi", "_led", "_lo", "_maxes", "_nranges")
+    __slots__ = ("_card", "_hi", "_led", "_lo", "_maxes", "_nranges", "_thi", "_tl", "_tled",
+                 "_tlo")
 
     def __init__(self) -> None:
         self._led: list[array] = []     # chunk k: ledger id of each range
@@ -69,6 +70,17 @@ class AckRangeSet:
         self._maxes: list[tuple[int, int]] = []   # (ledger, upper) ending chunk k < last
         self._nranges = 0
         self._card = 0
+        # The last chunk's arrays and the last range's ledger, for the
+        # in-order fast path (None when empty); _retail() after any change
+        # other than the fast path's own.
+        self._tl = self._tled = self._tlo = self._thi = None
+
+    def _retail(self) -> None:
+        if self._hi:
+            self._tled, self._tlo, self._thi = self._led[-1], self._lo[-1], self._hi[-1]
+            self._tl = self._tled[-1]
+        else:
+            self._tl = self._tled = self._tlo = self._thi = None
 
     # ---- chunk internals -----------------------------------------------------------
 
@@ -201,6 +213,7 @@ class AckRangeSet:
         self._hi.clear()
         self._maxes.clear()
         self._nranges = self._card = 0
+        self._retail()
 
     # ---- changes -----------------------------------------------------------------
 
@@ -212,40 +225,48 @@ class AckRangeSet:
         2**63 - 1."""
         if type(position) is tuple and len(position) == 2:
             ledger, entry = position
-            his = self._hi
-            if type(ledger) is int and type(entry) is int and his:
-                hi = his[-1]
-                led = self._led[-1]
-                last_ledger = led[-1]
+            # In order at the tail of the last range's ledger.  Anything else
+            # takes the slow path, which says what is wrong: an id past
+            # 2**63 - 1 fails the first array write here, before anything
+            # changed, and goes there too (ValueError, not OverflowError).
+            if type(ledger) is int and ledger == self._tl and type(entry) is int:
+                hi = self._thi
                 last = hi[-1]
-                # In order at the tail: past the last range, in its ledger or a
-                # later one.  Anything else (ids out of range included) takes
-                # the slow path, which says what is wrong.
-                if ledger == last_ledger:
-                    if last < entry <= MAX_ID:
+                if entry > last:
+                    try:
                         if entry == last + 1:
                             hi[-1] = entry
-                        else:
-                            self._append(led, hi, ledger, entry)
-                        self._card += 1
-                        return True
-                elif last_ledger < ledger <= MAX_ID and 0 <= entry <= MAX_ID:
-                    self._append(led, hi, ledger, entry)
+                            self._card += 1
+                            return True
+                        if len(hi) < _MAX_CHUNK:
+                            hi.append(entry)
+                            self._tlo.append(entry - 1)
+                            self._tled.append(ledger)
+                            self._nranges += 1
+                            self._card += 1
+                            return True
+                    except OverflowError:
+                        pass
+            elif (type(ledger) is int and type(entry) is int and self._tl is not None
+                  and self._tl < ledger <= MAX_ID and 0 <= entry <= MAX_ID):
+                hi = self._thi
+                if len(hi) < _MAX_CHUNK:
+                    # The first ack of a later ledger (one ack per ledger, in order).
+                    hi.append(entry)
+                    self._tlo.append(entry - 1)
+                    self._tled.append(ledger)
+                    self._tl = ledger
+                    self._nranges += 1
                     self._card += 1
                     return True
         return self._add_slow(position)
 
-    def _append(self, led, hi, ledger: int, entry: int) -> None:
-        """A new range (entry - 1, entry] after every other one."""
-        if len(hi) < _MAX_CHUNK:
-            led.append(ledger)
-            self._lo[-1].append(entry - 1)
-            hi.append(entry)
-        else:
-            self._insert(len(self._hi) - 1, len(hi), ledger, entry - 1, entry)
-        self._nranges += 1
-
     def _add_slow(self, position) -> bool:
+        changed = self._add_at(position)
+        self._retail()
+        return changed
+
+    def _add_at(self, position) -> bool:
         ledger, entry = as_position(position)
         if entry < 0:
             raise ValueError(f"position {show(position)}: entry_id must be >= 0 to be acknowledged")
@@ -287,6 +308,10 @@ class AckRangeSet:
         coalescing with whatever it touches or overlaps.  ``lower == upper``
         adds nothing.  ValueError when the two are in different ledgers or
         ``upper < lower``."""
+        self._add_range(lower, upper)
+        self._retail()
+
+    def _add_range(self, lower, upper) -> None:
         la, a = as_position(lower, "lower")
         lb, b = as_position(upper, "upper")
         if la != lb:
@@ -339,6 +364,10 @@ class AckRangeSet:
         """remove_at_most forgets every position <= ``position`` (the
         mark-delete position moved past them); a range it cuts keeps its
         part above."""
+        self._remove_at_most(position)
+        self._retail()
+
+    def _remove_at_most(self, position) -> None:
         ledger, entry = as_position(position)
         if not self._hi:
             return
@@ -427,6 +456,7 @@ class AckRangeSet:
         other._hi = [array("q", a) for a in self._hi]
         other._maxes = list(self._maxes)
         other._nranges, other._card = self._nranges, self._card
+        other._retail()
         return other
 
     def __deepcopy__(self, memo) -> "AckRangeSet":
