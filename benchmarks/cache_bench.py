@@ -12,10 +12,16 @@ order flipped every round), medians over rounds, thread CPU time.
    100,000 topics each caching one fresh entry: the removal queue's
    ``run_eviction`` against the ``legacy`` policy's per-cache scan.
    Target: >= 1000x cheaper at 100,000 topics.
-3. ``memory``: tracemalloc over inserting --memory-entries entries (payloads
-   allocated before tracing, so only what the cache adds is traced); bytes
-   per entry, also with the bytes object's 33-byte header counted as
-   overhead.  Target: <= 200 bytes.
+3. ``memory``: resident memory (RSS, /proc/self/statm) grown by inserting
+   --memory-entries entries into one cache, each layout in a fresh child
+   interpreter, payloads allocated before the first reading, so only what
+   the cache adds is counted: the entry objects, the queue links and the
+   position index (its pages come from malloc, which tracemalloc does not
+   see).  Layouts: ``dense`` (consecutive entry ids), ``sparse`` (one entry
+   per 64-id index page) and ``one-per-ledger``; the anchor column adds the
+   bytes object's 33-byte header.  Target: <= 200 bytes, and within
+   ENTRY_OVERHEAD_BYTES (192), the per-entry cost EntryCacheManager counts
+   against max_size_bytes.
 
 Excluded: payload allocation, building the position tuples (the caller's),
 interpreter start-up.  Results: a table on stdout and
@@ -30,9 +36,10 @@ import gc
 import statistics
 import sys
 import time
-import tracemalloc
 from importlib import import_module
 from pathlib import Path
+
+from pylimiter.pulsar.cache import ENTRY_OVERHEAD_BYTES
 
 OUT = Path(__file__).resolve().parent / "results"
 IMPLS = {"c": "pylimiter.pulsar.cache._cache_c", "python": "pylimiter.pulsar.cache._cache_py"}
@@ -55,7 +62,9 @@ def _interleaved(a, b, rounds: int) -> tuple[float, float]:
 
 def churn_cache(mod, entries: int, ops: int):
     payload = b"x" * 100
-    m = mod.EntryCacheManager(entries * 100)
+    # Room for exactly `entries` entries, each counting its 100 bytes plus
+    # the manager's per-entry overhead.
+    m = mod.EntryCacheManager(entries * (100 + ENTRY_OVERHEAD_BYTES))
     c = m.cache("topic")
     for i in range(entries):
         c.insert((1, i), payload)
@@ -110,7 +119,7 @@ def bench_churn(rounds: int, entries: int, ops: int) -> list[dict]:
         theirs = churn_cachetools(entries, ops)
         a, b = _interleaved(ours, theirs, rounds)
         st = m.stats()
-        assert st.size <= entries * 100 and st.evicted_entries > 0
+        assert st.size <= entries * (100 + ENTRY_OVERHEAD_BYTES) and st.evicted_entries > 0
         rows.append(dict(benchmark="churn", impl=impl, param=entries, ours_ns=a,
                          anchor="cachetools.LRUCache", anchor_ns=b, ratio=a / b))
     return rows
@@ -134,28 +143,44 @@ def bench_scan(rounds: int, topics_list: list[int]) -> list[dict]:
 # ---- 3. memory -----------------------------------------------------------------------------------
 
 
+_MEMORY_CHILD = """
+import gc, sys
+from importlib import import_module
+mod = import_module(sys.argv[1])
+n, layout = int(sys.argv[2]), sys.argv[3]
+pos = {"dense": [(7, i) for i in range(n)], "sparse": [(7, 64 * i) for i in range(n)],
+       "one-per-ledger": [(i, 0) for i in range(n)]}[layout]
+payloads = [i.to_bytes(8, "little") * 8 for i in range(n)]    # 64-byte payloads
+def rss():
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * 4096
+gc.collect()
+before = rss()
+m = mod.EntryCacheManager(1 << 62)
+c = m.cache("persistent://tenant/ns/topic")
+for p, d in zip(pos, payloads):
+    c.insert(p, d)
+gc.collect()
+assert m.stats().entries == n
+print((rss() - before) / n)
+"""
+
+
 def bench_memory(n: int) -> list[dict]:
+    import subprocess
+
+    if not sys.platform.startswith("linux"):
+        print("memory: skipped (reads /proc/self/statm)")
+        return []
     rows = []
     for impl, modname in IMPLS.items():
-        mod = import_module(modname)
-        payloads = [i.to_bytes(8, "little") * 8 for i in range(n)]    # 64-byte payloads
-        gc.collect()
-        tracemalloc.start()
-        base = tracemalloc.get_traced_memory()[0]
-        m = mod.EntryCacheManager(1 << 40)
-        c = m.cache("persistent://tenant/ns/topic")
-        for i in range(n):
-            c.insert((7, i), payloads[i])
-        gc.collect()
-        used = tracemalloc.get_traced_memory()[0] - base
-        tracemalloc.stop()
-        assert m.stats().entries == n
-        per = used / n
-        rows.append(dict(benchmark="memory", impl=impl, param=n, ours_ns=per,
-                         anchor="bytes/entry incl. the bytes header", anchor_ns=per + 33,
-                         ratio=None))
-        del m, c, payloads
-        gc.collect()
+        for layout in ("dense", "sparse", "one-per-ledger"):
+            out = subprocess.run([sys.executable, "-c", _MEMORY_CHILD, modname, str(n), layout],
+                                 capture_output=True, text=True, check=True)
+            per = float(out.stdout)
+            rows.append(dict(benchmark="memory", impl=impl, param=f"{n}/{layout}",
+                             ours_ns=per, anchor="bytes/entry incl. the bytes header",
+                             anchor_ns=per + 33, ratio=None))
     return rows
 
 
@@ -177,11 +202,11 @@ def main(argv=None) -> int:
     rows = bench_churn(args.rounds, args.entries, args.ops)
     rows += bench_scan(args.rounds, topics)
     rows += bench_memory(args.memory_entries)
-    print(f"{'benchmark':<8} {'impl':<7} {'param':>8} {'ours':>12} {'anchor':>12}  ratio")
+    print(f"{'benchmark':<8} {'impl':<7} {'param':>22} {'ours':>12} {'anchor':>12}  ratio")
     for r in rows:
         unit = "B" if r["benchmark"] == "memory" else "ns"
         ratio = "" if r["ratio"] is None else f"{r['ratio']:.4g}"
-        print(f"{r['benchmark']:<8} {r['impl']:<7} {r['param']:>8} {r['ours_ns']:>10.1f}{unit:>2} "
+        print(f"{r['benchmark']:<8} {r['impl']:<7} {r['param']:>22} {r['ours_ns']:>10.1f}{unit:>2} "
               f"{r['anchor_ns']:>10.1f}{unit:>2}  {ratio}  ({r['anchor']})")
     args.out.parent.mkdir(parents=True, exist_ok=True)
     with args.out.open("w", newline="") as f:

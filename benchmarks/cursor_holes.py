@@ -3,13 +3,17 @@ per-ledger ``pyroaring.BitMap`` set (Pulsar's idea: one RoaringBitmap per
 ledger in ``OpenLongPairRangeSet``).
 
     python -m benchmarks.cursor_holes [--entries 1000000] [--rounds 7]
+    python -m benchmarks.cursor_holes --random-acks 400000
 
 Patterns, over ``--entries`` entries in ledgers of ``--ledger-entries``
 (Pulsar's managedLedgerMaxEntriesPerLedger, 50,000):
 
 - ``sequential``: every entry acknowledged, in order;
 - ``holes-1%``:  1% of the entries never acknowledged (seeded), the rest in order;
-- ``key-shared``: every other entry acknowledged (Key_Shared-like).
+- ``key-shared``: every other entry acknowledged (Key_Shared-like), in order;
+- ``key-shared-random``: the same acks in random order (seeded): the
+  sparse-same-ledger case, every ack lands between existing ranges;
+- ``one-per-ledger``: the first entry of each of --entries / 10 ledgers.
 
 Speed: ns per ack of ``add`` + coalesce, building the whole set from
 nothing; the list of positions is made beforehand (not timed).  Both sides
@@ -26,6 +30,11 @@ malloc's chunk headers count, as they cost memory), plus the BitMap objects
 and the dict in Python's small-object arenas.  Also measured after
 ``run_optimize()`` + ``shrink_to_fit()`` (Pulsar does not run-optimize).
 A sweep over hole rates finds where each structure is smaller.
+
+``--random-acks N`` only times N acks in random order (seeded) for three
+layouts (every other entry of one ledger, one entry per ledger, a
+permutation of one ledger), CPU seconds each: the O(log n)-per-ack check of
+issue 18, to run against an older AckRangeSet for a before/after.
 
 Results: benchmarks/results/cursor_holes.csv, cursor_holes_memory.csv and
 cursor_holes_memory.png, and a table on stdout.  Excluded: recovery,
@@ -80,6 +89,13 @@ class BitmapAckSet:
 def positions(pattern: str, n: int, per_ledger: int, seed: int = 7, hole_rate: float = 0.0):
     """The acknowledged positions of a pattern, in ack order; and the hole count."""
     rng = random.Random(seed)
+    if pattern == "key-shared-random":
+        out, holes = positions("key-shared", n, per_ledger)
+        rng.shuffle(out)
+        return out, holes
+    if pattern == "one-per-ledger":
+        ledgers = n // 10
+        return [(i, 0) for i in range(ledgers)], ledgers * 9
     out = []
     holes = 0
     for i in range(n):
@@ -96,7 +112,8 @@ def positions(pattern: str, n: int, per_ledger: int, seed: int = 7, hole_rate: f
     return out, holes
 
 
-PATTERNS = {"sequential": 0.0, "holes-1%": 0.01, "key-shared": 0.5}
+PATTERNS = {"sequential": 0.0, "holes-1%": 0.01, "key-shared": 0.5, "key-shared-random": 0.5,
+            "one-per-ledger": 0.0}
 
 
 # ---- measurement -----------------------------------------------------------------------
@@ -189,6 +206,24 @@ def speed(acks, rounds: int) -> dict:
     return {k: statistics.median(v) for k, v in times.items()}
 
 
+def random_acks(n: int) -> int:
+    """CPU seconds of n acks in random order, per layout."""
+    for label, acks in (("every other entry of one ledger", [(1, 2 * e) for e in range(n)]),
+                        ("one entry in each of n ledgers", [(l, 0) for l in range(n)]),
+                        ("a permutation of one ledger", [(1, e) for e in range(n)])):
+        random.Random(2).shuffle(acks)
+        s = AckRangeSet()
+        add = s.add
+        gc.collect()
+        t0 = time.process_time()
+        for p in acks:
+            add(p)
+        dt = time.process_time() - t0
+        print(f"{n:,} random-order acks, {label}: {dt:.2f} s CPU "
+              f"({1e9 * dt / n:,.0f} ns/ack), {len(s):,} ranges")
+    return 0
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m benchmarks.cursor_holes",
                                  description=__doc__.split("\n\n")[0])
@@ -196,7 +231,11 @@ def main(argv=None) -> int:
     ap.add_argument("--ledger-entries", type=int, default=50_000)
     ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--out", type=Path, default=OUT)
+    ap.add_argument("--random-acks", type=int, default=0, metavar="N",
+                    help="only time N acks in random order (three layouts) and exit")
     args = ap.parse_args(argv)
+    if args.random_acks:
+        return random_acks(args.random_acks)
     args.out.mkdir(parents=True, exist_ok=True)
     py = sys.version.split()[0]
     print(f"CPython {py}, {args.entries:,} entries, ledgers of {args.ledger_entries:,}, "
@@ -224,12 +263,12 @@ def main(argv=None) -> int:
         w.writeheader()
         w.writerows(rows)
 
-    print(f"\n{'pattern':<11} {'ranges':>8} {'AckRangeSet':>12} {'BitMap':>9} {'ratio':>6}"
+    print(f"\n{'pattern':<17} {'ranges':>8} {'AckRangeSet':>12} {'BitMap':>9} {'ratio':>6}"
           f" {'AckRangeSet':>12} {'B/range':>8} {'BitMap':>10} {'BitMap opt':>11}")
-    print(f"{'':<11} {'':>8} {'ns/ack':>12} {'ns/ack':>9} {'':>6} {'bytes':>12} {'':>8}"
+    print(f"{'':<17} {'':>8} {'ns/ack':>12} {'ns/ack':>9} {'':>6} {'bytes':>12} {'':>8}"
           f" {'bytes':>10} {'bytes':>11}")
     for r in rows:
-        print(f"{r['pattern']:<11} {r['ranges']:>8,} {r['ranges_ns_per_ack']:>12.0f} "
+        print(f"{r['pattern']:<17} {r['ranges']:>8,} {r['ranges_ns_per_ack']:>12.0f} "
               f"{r['bitmap_ns_per_ack']:>9.0f} {r['speed_ratio']:>5.2f}x "
               f"{r['ranges_bytes']:>12,} {r['ranges_bytes_per_range']:>8.1f} "
               f"{r['bitmap_bytes']:>10,} {r['bitmap_optimized_bytes']:>11,}")
