@@ -424,6 +424,34 @@ def test_a_clock_that_reenters_during_a_walk_gives_the_same_result_in_both():
 
 
 @both
+@pytest.mark.parametrize("exc", [KeyboardInterrupt, SystemExit, RuntimeError])
+def test_an_exception_from_storage_gives_the_permit_back(modname, exc):
+    import asyncio
+
+    mod = import_module(modname)
+    m = mod.EntryCacheManager(1 << 20, clock=FakeClock(0))
+    calls = []
+
+    async def storage(name, first, last):
+        calls.append((first, last))
+        if len(calls) == 2:
+            raise exc("from storage")
+        return [b"d" * 10 for _ in range(last[1] - first[1] + 1)]
+
+    reader = EntryReader(m, storage, 1000)
+    m.cache("t0").insert((1, 2), b"cached")
+    with pytest.raises(exc):
+        asyncio.run(reader.read("t0", (1, 0), (1, 5)))
+    # The first run (1:0..1:1) was inserted, the second raised: its permit
+    # is back and nothing of it was cached.
+    assert calls == [((1, 0), (1, 1)), ((1, 3), (1, 5))]
+    assert reader.semaphore.acquired_permits == 0
+    st = check_manager(m)
+    assert st.entries == 3 and [m.cache("t0").get((1, e)) is None for e in range(6)] == [
+        False, False, False, True, True, True]
+
+
+@both
 def test_a_released_memoryview_is_refused(modname):
     mod = import_module(modname)
     m = mod.EntryCacheManager(1000)

@@ -754,8 +754,7 @@ cdef class EntryCache:
     def __repr__(self):
         if self._manager is None:
             return "<EntryCache uninitialised>"
-        return (f"<EntryCache {contract.show(self._name)} entries={self.ix.entries} "
-                f"bytes={self.ix.bytes}>")
+        return f"<EntryCache {self._name!r} entries={self.ix.entries} bytes={self.ix.bytes}>"
 
 
 # ---- EntryCacheManager -------------------------------------------------------------

@@ -616,8 +616,7 @@ class EntryCache(_Guarded):
     def __repr__(self) -> str:
         if not _is_set(self, "_manager"):
             return "<EntryCache uninitialised>"
-        return (f"<EntryCache {show(self._name)} entries={len(self._index)} "
-                f"bytes={self._size}>")
+        return f"<EntryCache {self._name!r} entries={len(self._index)} bytes={self._size}>"
 
 
 class EntryCacheManager(_Guarded):
