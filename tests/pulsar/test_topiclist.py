@@ -441,7 +441,10 @@ def test_memory_bound_holds_under_concurrent_load(via_proxy):
 
 # ---- the official client -------------------------------------------------------------
 
-pulsar = pytest.importorskip("pulsar")
+try:
+    import pulsar
+except ImportError:   # pulsar-client 3.13.0 has wheels for cp310-cp314 only, no sdist
+    pulsar = None
 
 
 class _Background:
@@ -463,6 +466,8 @@ class _Background:
 
 @pytest.fixture
 def pulsar_services():
+    if pulsar is None:
+        pytest.skip("pulsar-client is not installed")
     bg = _Background()
     b = bg.run(Broker(TopicListConfig(), store=store_with()).start())
     px = bg.run(Proxy(TopicListConfig(), broker_url=b.service_url).start())
