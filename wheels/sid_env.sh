@@ -19,8 +19,9 @@ sid_root() { echo "$SID_WORK/$1"; }
 # The binfmt_misc entry that lets the kernel run arm64 ELF files through the
 # static qemu.  'F' opens the interpreter at registration, so it works inside
 # the chroot without a copy of qemu there; the entry has its own name and is
-# removed by binfmt_off, so nothing is left registered after a run.  An
-# existing qemu-aarch64 entry (binfmt-support, systemd-binfmt) is used as is.
+# removed by binfmt_off, so nothing is left registered after a run (so: one
+# arm64 command at a time; the first to end removes it).  An existing
+# qemu-aarch64 entry (binfmt-support, systemd-binfmt) is used as is.
 BINFMT=/proc/sys/fs/binfmt_misc
 BINFMT_NAME=pylimiter-aarch64
 _binfmt_mounted=0
