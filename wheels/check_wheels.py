@@ -54,6 +54,23 @@ def run(cmd, **kw):
     return proc.stdout
 
 
+#: Each suite run's output, kept (and readable while it runs).
+LOGS = ROOT / "wheels" / "work" / "check-logs"
+
+
+def run_logged(cmd, log: Path, **kw) -> str:
+    """run(), its output streamed into ``log`` as it comes."""
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with log.open("w") as f:
+        proc = subprocess.run([str(c) for c in cmd], stdout=f, stderr=subprocess.STDOUT,
+                              text=True, **kw)
+    out = log.read_text()
+    if proc.returncode != 0:
+        raise CheckFailed(f"command failed ({proc.returncode}): {' '.join(map(str, cmd))}\n"
+                          f"{out[-6000:]}\n(log: {log})")
+    return out
+
+
 def find_python(version: str) -> Path | None:
     if sys.version_info[:2] == tuple(map(int, version.split("."))):
         return Path(sys.executable)
@@ -146,10 +163,11 @@ def check_installed(python_version: str, artefact: Path, scratch: Path,
     if emulated:
         (suite / "qemu_hypothesis.py").write_text(QEMU_PROFILE)
         env["PYTHONPATH"] = str(suite)
-        pytest += ["-p", "qemu_hypothesis", "-o", "faulthandler_timeout=600"]
+        pytest += ["-p", "qemu_hypothesis", "-o", "faulthandler_timeout=600", "--durations=10"]
         c_mark, timeout = ["-m", "not slow"], 7200
-    c_run = _pytest_summary(run([*pytest, *c_mark, "tests"], cwd=suite, env=env,
-                                timeout=timeout), artefact.name)
+    stem = artefact.name.removesuffix(".whl")
+    c_run = _pytest_summary(run_logged([*pytest, *c_mark, "tests"], LOGS / f"{stem}.c.log",
+                                       cwd=suite, env=env, timeout=timeout), artefact.name)
     # The pure twin alone, as `make test`'s second pass (the Spark pipelines,
     # command lines and the C core alone are implementation-free: run above).
     pure_env = dict(env, PYLIMITER_NO_EXTENSIONS="1")
@@ -158,8 +176,9 @@ def check_installed(python_version: str, artefact: Path, scratch: Path,
     if pure != "python":
         raise CheckFailed(f"{artefact.name}: PYLIMITER_NO_EXTENSIONS=1 still loads {pure!r}")
     pure_run = _pytest_summary(
-        run([*pytest, "--no-c-extensions", "-m", "not slow and not spark and not c_core",
-             "tests"], cwd=suite, env=pure_env, timeout=timeout),
+        run_logged([*pytest, "--no-c-extensions", "-m", "not slow and not spark and not c_core",
+                    "tests"], LOGS / f"{stem}.pure.log", cwd=suite, env=pure_env,
+                   timeout=timeout),
         f"{artefact.name} (pure pass)")
     return f"{where} | {c_run} | pure: {pure_run}"
 
@@ -218,7 +237,7 @@ def main(argv=None) -> int:
             if not host_platform_ok(m["plat"]):
                 check_contents(whl)
                 print(f"skip {whl.name}: contents ok; not runnable on {platform.machine()} "
-                      "(wheels/check_aarch64.sh runs it under qemu)")
+                      "(checked where it runs: check_aarch64.sh, or the host)")
                 continue
             if "manylinux_2_17" not in m["plat"] and "manylinux2014" not in m["plat"]:
                 raise CheckFailed(f"{whl.name} is not tagged manylinux_2_17")
