@@ -15,8 +15,9 @@
 # (wheels/pythons.sh): the build still happens on the host, driven by the
 # root's own interpreter made runnable outside the chroot (sid_host_python in
 # sid_env.sh), against its headers and real pyconfig.h, with the host's
-# compiler and glibc headers.  Building inside sid would link against glibc
-# 2.43 headers (C23 strtol redirects and the like) and break the tag.
+# compiler and glibc headers.  Inside sid, glibc 2.43's headers redirect some
+# calls to newer symbol versions (C23 strtol and the like): the tag would hold
+# only while the extension happens to make none of them.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
