@@ -72,7 +72,7 @@ test-pure:
 # cp315 build: on 3.15 the official-client tests drive the 3.14 venv's.
 PYENV_PYTHONS := 3.10 3.11 3.12 3.13
 SID_PYTHONS := 3.14 3.15
-test-pythons:
+test-pythons: relacy
 	wheels/pythons.sh amd64
 	for v in $(PYENV_PYTHONS); do \
 	  p=$$(ls -d /root/.pyenv/versions/$$v.*/bin/python$$v 2>/dev/null | head -1); \
