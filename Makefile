@@ -65,13 +65,27 @@ test-pure:
 	assert not list(d.glob('*.so')), 'extension shipped in a pure install'; \
 	print('pure install OK:', d)"
 
-# The suite on every interpreter under /root/.pyenv/versions (3.10-3.13).
-test-pythons:
-	for v in 3.10 3.11 3.12 3.13; do \
+# The suite on every interpreter: 3.10-3.13 from /root/.pyenv/versions, 3.14
+# and 3.15 (Debian sid's packages) inside the sid root that wheels/pythons.sh
+# makes (once; cached in wheels/work/sid), each with a venv of its own
+# (.venv-3.X, created inside the root for 3.14/3.15).  pulsar-client has no
+# cp315 build: on 3.15 the official-client tests drive the 3.14 venv's.
+PYENV_PYTHONS := 3.10 3.11 3.12 3.13
+SID_PYTHONS := 3.14 3.15
+test-pythons: relacy
+	wheels/pythons.sh amd64
+	for v in $(PYENV_PYTHONS); do \
 	  p=$$(ls -d /root/.pyenv/versions/$$v.*/bin/python$$v 2>/dev/null | head -1); \
 	  if [ -z "$$p" ]; then echo "skip $$v: not installed"; continue; fi; \
+	  echo "== CPython $$v: $$p"; \
 	  $(MAKE) --no-print-directory PYTHON=$$p VENV=.venv-$$v build && \
 	  .venv-$$v/bin/python -m pytest -q -x -p no:cacheprovider || exit 1; \
+	done
+	for v in $(SID_PYTHONS); do \
+	  echo "== CPython $$v: Debian sid's python$$v (wheels/in_sid.sh amd64)"; \
+	  wheels/in_sid.sh amd64 make --no-print-directory PYTHON=python$$v VENV=.venv-$$v build && \
+	  PYLIMITER_PULSAR_CLIENT_PYTHON=$(CURDIR)/.venv-3.14/bin/python \
+	    wheels/in_sid.sh amd64 .venv-$$v/bin/python -m pytest -q -x -p no:cacheprovider || exit 1; \
 	done
 
 # PySpark needs a JVM; say so plainly instead of letting py4j time out.
@@ -104,15 +118,22 @@ asv: build
 	cd benchmarks && ../$(PY) -m asv publish
 	@echo "asv site: $(CURDIR)/benchmarks/.asv/html/index.html (serve: cd benchmarks && asv preview)"
 
-# Eight manylinux_2_17 wheels (x86_64 and aarch64, cp310-cp313) and the sdist
-# in wheels/dist.  x86_64 and the sdist: installed into a fresh venv and the
-# suite run there; aarch64 cp311/cp313: installed and the suite run by
-# Debian's arm64 CPython under qemu; cp310/cp312 aarch64: checked statically
+# Twelve manylinux_2_17 wheels (x86_64 and aarch64, cp310-cp315) and the
+# sdist in wheels/dist, every one built on this host and its tag read back
+# (auditwheel show).  Checks: x86_64 cp310-cp313 and the sdist in fresh venvs
+# of pyenv's CPythons; x86_64 cp314/cp315 in venvs of Debian sid's python3.14
+# / python3.15 inside the amd64 sid root; aarch64 cp311/cp313 by Debian's
+# arm64 CPython under qemu, cp314/cp315 inside the arm64 sid root under qemu;
+# each the suite and the pure pass.  cp310/cp312 aarch64: checked statically
 # (no arm64 interpreter of those versions can be had here; wheels/README.md).
 wheels: venv
+	wheels/pythons.sh
 	wheels/build_wheels.sh
 	wheels/build_aarch64.sh
-	$(PY) wheels/check_wheels.py wheels/dist
+	wheels/show_tags.sh
+	$(PY) wheels/check_wheels.py wheels/dist $(foreach v,$(PYENV_PYTHONS),--python $(v))
+	wheels/in_sid.sh amd64 python3.14 wheels/check_wheels.py wheels/dist --no-sdist \
+	    $(foreach v,$(SID_PYTHONS),--python $(v))
 	wheels/check_aarch64.sh
 
 # What CI does on every run: the cp311 wheel and the sdist, built and checked.
@@ -121,9 +142,10 @@ wheel-cp311: venv
 	$(PY) wheels/check_wheels.py wheels/dist --python 3.11
 
 # The memory-model check, the C tier (LL/SC, LSE, outline atomics; several
-# -cpu models), then the cp310-cp313 manylinux_2_17_aarch64 wheels, built and
+# -cpu models), then the cp310-cp315 manylinux_2_17_aarch64 wheels, built and
 # checked as in `make wheels`.
 test-aarch64: venv model-check
+	wheels/pythons.sh
 	wheels/test_aarch64.sh
 
 # Relacy model of the acquire/release/wake handoff: random schedules plus an
@@ -166,9 +188,11 @@ BALANCE_ARGS ?=
 balance: build java
 	$(PY) -m pylimiter.pulsar.balance simulate --out reports/balance $(BALANCE_ARGS)
 
-# Issue 14's table of figures on CPython 3.10-3.13 (pyenv), default loop and
-# uvloop, into benchmarks/results/figures.md and .csv (see benchmarks/README.md).
+# Issue 14's table of figures on CPython 3.10-3.13 (pyenv) and 3.14-3.15
+# (Debian sid's, in the sid root), default loop and uvloop, into
+# benchmarks/results/figures.md and .csv (see benchmarks/README.md).
 bench-table: build
+	wheels/pythons.sh amd64
 	$(PY) -m benchmarks.table
 
 # Regenerate the committed protobuf module from its .proto with the pinned

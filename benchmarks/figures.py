@@ -303,15 +303,17 @@ def _blocking_sides(anchor_cls):
     return sides
 
 
-_ALL = [(3, 10), (3, 11), (3, 12), (3, 13)]
+_ALL = [(3, 10), (3, 11), (3, 12), (3, 13), (3, 14), (3, 15)]
+# Issue 20: 3.14 and 3.15 keep 3.12's targets, and the blocking path gets one.
+_NEW = [(3, 14), (3, 15)]
 
 FIGURES = [
     Figure("await", "`await acquire(1)`+`release`, x faster than asyncio.Semaphore",
            "faster", UNCONTENDED_OPS, 21, _await_sides,
-           {(3, 10): 3.0, (3, 11): 3.0, (3, 12): 2.5, (3, 13): 2.5}),
+           {(3, 10): 3.0, (3, 11): 3.0, (3, 12): 2.5, (3, 13): 2.5, (3, 14): 2.5, (3, 15): 2.5}),
     Figure("async-with", "`async with sem.acquire(1)`, x faster than `async with` "
            "asyncio.Semaphore", "faster", UNCONTENDED_OPS, 21, _async_with_sides,
-           {(3, 11): 3.0, (3, 12): 2.5, (3, 13): 2.5}),
+           {(3, 11): 3.0, (3, 12): 2.5, (3, 13): 2.5, (3, 14): 2.5, (3, 15): 2.5}),
     Figure("async-with-sem", "`async with sem:` (one permit), x faster than asyncio's",
            "faster", UNCONTENDED_OPS, 21, _async_with_bare_sides, {},
            note="core v2 only"),
@@ -345,7 +347,7 @@ FIGURES = [
            "x cheaper than asyncio.Semaphore", "faster", WAITERS, 7, _cancel_sides, {}),
     Figure("blocking", "`acquire_blocking(1)`+`release`, x faster than threading.Semaphore",
            "faster", UNCONTENDED_OPS, 21, _blocking_sides(lambda: threading.Semaphore(10)),
-           {}, uses_loop=False),
+           {v: 4.0 for v in _NEW}, uses_loop=False),
     Figure("blocking-lock", "`acquire_blocking(1)`+`release` / threading.Lock's time",
            "slower", UNCONTENDED_OPS, 21, _blocking_sides(threading.Lock), {},
            uses_loop=False),

@@ -1,5 +1,5 @@
 """``python -m benchmarks.table``: issue 14's table of figures on every CPython
-here (3.10-3.13), on the default event loop and on uvloop, into
+here (3.10-3.15), on the default event loop and on uvloop, into
 ``benchmarks/results/figures.md`` (and ``figures.csv``, one row per figure,
 loop and Python, with median, quartiles and extremes over rounds).
 
@@ -10,6 +10,11 @@ setuptools, then reused), and one worker process measures every figure of
 process, in interleaved rounds with the order flipped every round, in thread
 CPU time; the figure is the median over rounds.  Versions that are not
 installed are reported and skipped.
+
+3.10-3.13 are pyenv's builds of python.org's sources.  3.14 and 3.15 are
+Debian sid's packages (Debian-patched builds: their own compiler flags and
+patches), run inside the sid root that ``wheels/pythons.sh`` makes, through
+``wheels/in_sid.sh``; the table says so in their column headers.
 
     python -m benchmarks.table                       # what `make bench-table` runs
     python -m benchmarks.table --pythons 3.12 --loops asyncio --figures await,tasks
@@ -28,15 +33,24 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 PYENV = Path(os.environ.get("PYENV_ROOT", Path.home() / ".pyenv")) / "versions"
-VERSIONS = ["3.10", "3.11", "3.12", "3.13"]
+VERSIONS = ["3.10", "3.11", "3.12", "3.13", "3.14", "3.15"]
+#: Reachable here only as Debian sid packages, run in the sid root.
+SID_VERSIONS = {"3.14", "3.15"}
+SID_ROOT = ROOT / "wheels" / "work" / "sid" / "amd64"
+IN_SID = [ROOT / "wheels" / "in_sid.sh", "amd64"]
 PROG = "python -m benchmarks.table"
 COMMAND = "make bench-table"
 
 
 def find_python(version: str) -> Path | None:
-    """This interpreter if it is ``version``, else the newest pyenv one."""
+    """This interpreter if it is ``version``, else the newest pyenv one; for
+    3.14/3.15 the sid root's (a path inside the root: run it through
+    ``IN_SID``)."""
     if f"{sys.version_info[0]}.{sys.version_info[1]}" == version:
         return Path(sys.executable)
+    if version in SID_VERSIONS:
+        ok = (SID_ROOT / ".stage-base").exists() and (SID_ROOT / f"usr/bin/python{version}").exists()
+        return Path(f"/usr/bin/python{version}") if ok else None
     found = sorted(PYENV.glob(f"{version}.*/bin/python{version}"),
                    key=lambda p: [int(x) for x in p.parent.parent.name.split(".")
                                   if x.isdigit()])
@@ -51,9 +65,15 @@ def _run(cmd, **kw) -> str:
     return proc.stdout
 
 
+def runner(version: str) -> list:
+    """What a command for ``version`` is run through (the sid root or nothing)."""
+    return IN_SID if version in SID_VERSIONS else []
+
+
 def prepare(version: str, py: Path) -> Path:
     """The interpreter that will measure ``version``, with the extension
     built in place for it."""
+    pre = runner(version)
     if py == Path(sys.executable):
         vpy = py
     else:
@@ -61,11 +81,11 @@ def prepare(version: str, py: Path) -> Path:
         vpy = venv / "bin" / "python"
         if not (venv / ".ready").exists():
             print(f"  creating {venv.name} (uvloop, Cython, setuptools)", flush=True)
-            _run([py, "-m", "venv", "--clear", venv])
-            _run([vpy, "-m", "pip", "install", "-q", "uvloop>=0.19", "Cython>=3.0.10",
+            _run([*pre, py, "-m", "venv", "--clear", venv])
+            _run([*pre, vpy, "-m", "pip", "install", "-q", "uvloop>=0.19", "Cython>=3.0.10",
                   "setuptools>=77"])
             (venv / ".ready").touch()
-    _run([vpy, "setup.py", "-q", "build_ext", "--inplace"], cwd=ROOT)
+    _run([*pre, vpy, "setup.py", "-q", "build_ext", "--inplace"], cwd=ROOT)
     return vpy
 
 
@@ -123,7 +143,7 @@ def write_outputs(rows: list[dict], env: dict, out: Path) -> Path:
     from .figures import FIGURES
 
     out.mkdir(parents=True, exist_ok=True)
-    fields = ["figure", "loop", "python", "python_full", "kind", "rounds", "median", "q1", "q3",
+    fields = ["figure", "loop", "python", "python_full", "build", "kind", "rounds", "median", "q1", "q3",
               "lo", "hi", "n", "target", "meets", "mine_ns_per_op", "anchor_ns_per_op",
               "base_ns_per_op"]
     with (out / "figures.csv").open("w", newline="") as f:
@@ -133,7 +153,9 @@ def write_outputs(rows: list[dict], env: dict, out: Path) -> Path:
             w.writerow({k: (round(v, 4) if isinstance(v, float) else v)
                         for k, v in r.items()})
     versions = sorted({r["python"] for r in rows}, key=lambda v: tuple(map(int, v.split("."))))
-    full = {r["python"]: r["python_full"] for r in rows}
+    builds = {r["python"]: r.get("build", "") for r in rows}
+    full = {v: r["python_full"] + (", Debian" if builds[v].startswith("Debian") else "")
+            for v, r in ((r["python"], r) for r in rows)}
     by = {(r["figure"], r["loop"], r["python"]): r for r in rows}
     lines = [
         "# Issue 14's figures, measured",
@@ -144,13 +166,19 @@ def write_outputs(rows: list[dict], env: dict, out: Path) -> Path:
         "",
         "Each cell: the median over rounds of a ratio measured in one process, "
         "[first–third quartile]; rounds interleaved with the order flipped every "
-        "round, thread CPU time.  ✓/✗: meets the target of issue 14 or not "
+        "round, thread CPU time.  ✓/✗: meets the target of issue 14 (3.14/3.15: "
+        "issue 20) or not "
         "(no mark: no target for that Python).  x faster = anchor's time / "
         "pylimiter's; cost = (pylimiter - baseline) / (anchor - baseline), lower "
         "is better; x slower = pylimiter's time / anchor's.  Extremes and ns/op of "
         "every side are in `figures.csv`.  A negative cost means pylimiter's "
         "side took less time than the baseline itself (its timed-out waiters "
         "share one timer; the baseline's sleeping tasks have one each).",
+        "",
+        "Interpreters: " + "; ".join(f"{v}: {builds[v] or 'as found'}" for v in versions)
+        + ".  Debian's are patched builds (Debian's patches and compiler flags), run "
+        "in a Debian sid root (`wheels/pythons.sh`); their figures are not python.org "
+        "builds' figures.",
         "",
         "| figure | loop | target | " + " | ".join(f"{v} ({full[v]})" for v in versions) + " |",
         "|---|---|---|" + "---|" * len(versions),
@@ -178,12 +206,16 @@ def parent(args) -> int:
         py = find_python(version)
         if py is None:
             skipped.append(version)
-            print(f"skip {version}: no interpreter (looked in {PYENV})", flush=True)
+            where = "the sid root: wheels/pythons.sh amd64" if version in SID_VERSIONS else PYENV
+            print(f"skip {version}: no interpreter (looked in {where})", flush=True)
             continue
         print(f"== CPython {version}: {py}", flush=True)
         vpy = prepare(version, py)
-        with tempfile.NamedTemporaryFile(suffix=".json") as tmp:
-            cmd = [vpy, "-m", "benchmarks.table", "--worker", tmp.name, "--scale",
+        # In the worktree's build/: a worker in the sid root sees the
+        # worktree at the same path, not the host's /tmp.
+        (ROOT / "build").mkdir(exist_ok=True)
+        with tempfile.NamedTemporaryFile(suffix=".json", dir=ROOT / "build") as tmp:
+            cmd = [*runner(version), vpy, "-m", "benchmarks.table", "--worker", tmp.name, "--scale",
                    str(args.scale), "--loops", ",".join(args.loops)]
             if args.figures:
                 cmd += ["--figures", ",".join(args.figures)]
@@ -191,7 +223,9 @@ def parent(args) -> int:
             env.pop("PYLIMITER_NO_EXTENSIONS", None)
             subprocess.run([str(c) for c in cmd], cwd=ROOT, env=env, check=True)
             data = json.loads(Path(tmp.name).read_text())
-        rows += data["rows"]
+        # Debian's interpreters are patched builds: every figure says so.
+        build = "Debian sid package" if version in SID_VERSIONS else "pyenv, python.org sources"
+        rows += [dict(r, build=build) for r in data["rows"]]
         uv = uv or data["uvloop"]
     if not rows:
         print(f"{PROG}: error: nothing measured", file=sys.stderr)

@@ -16,9 +16,11 @@
  *                     once, with no traceback entry of ours on top (the
  *                     binding never raises it through its own frames).
  * 3.10 and 3.11 drive awaitables through am_send, which returns the result
- * directly.  From 3.12 SEND calls tp_iternext for non-generators, and a
+ * directly.  3.12-3.14's SEND calls tp_iternext for non-generators, and a
  * result must travel in a StopIteration; that exception is reused from a
- * one-slot cache while nothing else holds it (see plim_raise_stop).
+ * one-slot cache while nothing else holds it (see plim_raise_stop).  3.15's
+ * SEND calls am_send again: no exception per await, so no cache there (a
+ * hand-driven next() gets a fresh StopIteration).
  */
 #ifndef PLIM_BINDING_H
 #define PLIM_BINDING_H
@@ -65,7 +67,7 @@ static void plim_raise(PyObject *exc)
     PyErr_SetObject((PyObject *)Py_TYPE(exc), exc);
 }
 
-#if PY_VERSION_HEX >= 0x030C0000 && !defined(Py_GIL_DISABLED)
+#if PY_VERSION_HEX >= 0x030C0000 && PY_VERSION_HEX < 0x030F0000 && !defined(Py_GIL_DISABLED)
 #  define PLIM_STOP_CACHE 1
 /* One StopIteration, reused for every finished await while nobody else
  * holds it.  SEND fetches the raised exception, reads its value and drops it

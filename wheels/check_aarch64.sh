@@ -1,23 +1,30 @@
 #!/usr/bin/env bash
 # Check the aarch64 wheels in wheels/dist (or the versions given).
 #
+#   - cp314 and cp315: wheels/check_wheels.py itself, run by Debian sid's
+#     arm64 python3.14 / python3.15 inside the arm64 sid root (chroot, qemu
+#     through binfmt_misc: wheels/pythons.sh, sid_env.sh): a venv of that
+#     interpreter, the wheel and the test dependencies pip-installed into it,
+#     the suite (less the `slow` CLI-subprocess tests) and the pure pass;
 #   - cp311 and cp313: installed (pip --target, arm64 wheels of the test
-#     dependencies) and the Python suite (less the `slow` CLI-subprocess
-#     tests) run by Debian's arm64 python3.11 / python3.13 under
+#     dependencies) and the suite (less `slow`) and the pure pass run by
+#     Debian's arm64 python3.11 (bookworm) / python3.13 (trixie) under
 #     qemu-aarch64, from a folder holding only tests/;
 #   - cp310 and cp312: no arm64 interpreter of those versions exists in any
 #     reachable registry (see aarch64_env.sh), so they are checked without
 #     running: an AArch64 ELF with the right SOABI, and every Python C-API
 #     symbol it imports exported by that CPython version's libpython.  They
-#     come from the same recipe as the two that run (build_aarch64.sh).
+#     come from the same recipe as the ones that run (build_aarch64.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
 PYENV=${PYENV_VERSIONS:-/root/.pyenv/versions}
 PY=${PY:-$ROOT/.venv/bin/python}
 VERSIONS=("$@")
-[ ${#VERSIONS[@]} -eq 0 ] && VERSIONS=(3.10 3.11 3.12 3.13)
+[ ${#VERSIONS[@]} -eq 0 ] && VERSIONS=(3.10 3.11 3.12 3.13 3.14 3.15)
 source wheels/aarch64_env.sh
+source wheels/sid_env.sh
+trap binfmt_off EXIT
 
 ran=0
 for v in "${VERSIONS[@]}"; do
@@ -25,6 +32,13 @@ for v in "${VERSIONS[@]}"; do
     whl=$(ls "$ROOT"/wheels/dist/pylimiter_pulsar-*-"$tag"-"$tag"-*manylinux_2_17_aarch64.whl 2>/dev/null || true)
     [ -n "$whl" ] || { echo "FAIL: no $tag aarch64 wheel in wheels/dist (wheels/build_aarch64.sh $v)"; exit 1; }
     name=$(basename "$whl")
+    if [[ " ${SID_VERSIONS[*]} " == *" $v "* ]]; then
+        out=$(in_sid arm64 "python$v" wheels/check_wheels.py wheels/dist --python "$v" --no-sdist \
+              --emulated 2>&1) || { echo "$out"; echo "FAIL: $name under qemu"; exit 1; }
+        grep "^ok   $name" <<<"$out" || { echo "$out"; echo "FAIL: $name was not run"; exit 1; }
+        ran=$((ran + 1))
+        continue
+    fi
     if [ -z "${GUEST_SUITE[$v]:-}" ]; then
         x=$AWORK/static-$v
         rm -rf "$x" && mkdir -p "$x" && (cd "$x" && unzip -q "$whl")
@@ -70,15 +84,24 @@ print(platform.python_version(), pathlib.Path(pylimiter.__file__).parent)")
     # `slow` tests (command-line runs in subprocesses, a minute each under
     # qemu; they test the CLIs, which the x86_64 wheels' runs cover).
     log=$AWORK/pytest-$v.log
-    if (cd "$suite" && PYTHONPATH=$site:$suite "$guest" -m pytest -q -rfE -p no:cacheprovider -p qemu_hypothesis \
-            -o faulthandler_timeout=600 -m "not slow" tests >"$log" 2>&1); then
+    pytest=("$guest" -m pytest -q -rfE -p no:cacheprovider -p qemu_hypothesis -o faulthandler_timeout=600)
+    if (cd "$suite" && PYTHONPATH=$site:$suite "${pytest[@]}" -m "not slow" tests >"$log" 2>&1); then
         summary=$(tail -1 "$log")
     else
         grep -E "^(FAILED|ERROR)" "$log" || tail -30 "$log"
         echo "FAIL: $name: $(tail -1 "$log")"
         exit 1
     fi
-    echo "ok   $name: arm64 CPython $where | $summary"
+    # The pure twin alone, as `make test`'s second pass.
+    if (cd "$suite" && PYLIMITER_NO_EXTENSIONS=1 PYTHONPATH=$site:$suite "${pytest[@]}" --no-c-extensions \
+            -m "not slow and not spark and not c_core" tests >"$log.pure" 2>&1); then
+        pure=$(tail -1 "$log.pure")
+    else
+        grep -E "^(FAILED|ERROR)" "$log.pure" || tail -30 "$log.pure"
+        echo "FAIL: $name (pure pass): $(tail -1 "$log.pure")"
+        exit 1
+    fi
+    echo "ok   $name: arm64 CPython $where | $summary | pure: $pure"
     ran=$((ran + 1))
 done
 echo "aarch64 wheels checked (${ran} run under qemu)"
