@@ -351,7 +351,8 @@ def check_permits(value: object, max_permits: int, bounded: bool) -> int:
         raise TypeError(
             f"pylimiter: permits must be an int, not {type(value).__name__}"
         )
-    value = exact_int(value)
+    if type(value) is not int:
+        value = exact_int(value)
     if value < 0:
         raise ValueError(f"Invalid negative permits value: {value}")
     if bounded and value > max_permits:

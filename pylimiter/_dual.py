@@ -183,8 +183,13 @@ class DualMemoryLimiterBase(NoCopy):
     """
 
     _semaphore_class: type[AsyncSemaphore]
-    #: Set by __init__, last; until then every call raises (see __getattr__).
-    _ready = False
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> DualMemoryLimiterBase:
+        # Not ready until __init__ has run: a limiter made by __new__ alone
+        # refuses every call (an instance attribute: reads stay fast).
+        self = super().__new__(cls)
+        self._ready = False
+        return self
 
     def __init__(self, max_heap_bytes: int, max_direct_bytes: int, *,
                  heap_max_queue_size: int = 10000,
@@ -198,20 +203,17 @@ class DualMemoryLimiterBase(NoCopy):
             LimitType.DIRECT_MEMORY: cls(max_direct_bytes, direct_max_queue_size,
                                          direct_timeout),
         }
-        if self._ready:
+        if getattr(self, "_ready", False):
             # A second __init__ would forget what is held and queued.
             raise reinit_error(self)
         self._limiters = limiters
         self._ready = True
 
-    if not TYPE_CHECKING:
-        def __getattr__(self, name):
-            # Only reached when normal lookup fails: a limiter made by
-            # __new__ alone has no pools, and every method gets here.
-            if not self._ready and name.startswith("_") and not name.startswith("__"):
-                raise uninitialised_error(self)
-            raise AttributeError(
-                f"{type(self).__name__!r} object has no attribute {name!r}")
+    @property
+    def _pools(self) -> dict[LimitType, AsyncSemaphore]:
+        if not self._ready:
+            raise uninitialised_error(self)
+        return self._limiters
 
     def get_limiter(self, limit_type: LimitType) -> AsyncSemaphore:
         """The AsyncSemaphore behind one pool."""
@@ -219,7 +221,7 @@ class DualMemoryLimiterBase(NoCopy):
         if type(limit_type) is not LimitType:
             raise TypeError(
                 f"pylimiter: limit_type must be a LimitType, not {type(limit_type).__name__}")
-        return self._limiters[limit_type]
+        return self._pools[limit_type]
 
     def _unwrap(self, permit: object) -> DualMemoryPermit:
         if type(permit) is not DualMemoryPermit:
@@ -272,15 +274,15 @@ class DualMemoryLimiterBase(NoCopy):
 
     def close(self) -> None:
         """Close both pools."""
-        for sem in self._limiters.values():
+        for sem in self._pools.values():
             sem.close()
 
     def stats(self) -> dict[LimitType, SemaphoreStats]:
         """One SemaphoreStats per pool."""
-        return {t: sem.stats() for t, sem in self._limiters.items()}
+        return {t: sem.stats() for t, sem in self._pools.items()}
 
     def __repr__(self) -> str:
-        if not self._ready:
+        if not getattr(self, "_ready", False):
             return uninitialised_repr(self)
         h = self._limiters[LimitType.HEAP_MEMORY]
         d = self._limiters[LimitType.DIRECT_MEMORY]

@@ -49,6 +49,7 @@ from cpython.exc cimport PyErr_SetObject
 from libc.stdint cimport int64_t, uint64_t
 
 import asyncio as _asyncio
+import contextvars as _contextvars
 import heapq as _heapq
 import sys
 
@@ -130,7 +131,7 @@ cdef extern from "_plim_binding.h":
     int plim_install_done(PyObject *tp) except -1
     int plim_install_deallocs(PyObject *permit_type, Py_ssize_t count_offset,
                               Py_ssize_t sem_offset,
-                              void (*leaked)(PyObject *, int64_t) noexcept,
+                              int (*leaked)(PyObject *, int64_t) except -1,
                               PyObject *request_type, Py_ssize_t result_offset,
                               Py_ssize_t lock_offset, void (*give_lock)(void *) noexcept) except -1
     void plim_leak_check(PyObject *permit_type, int on)
@@ -182,6 +183,7 @@ cdef bint _LOOKUP_IS_SLOW = sys.version_info < (3, 12)
 cdef object _BaseEventLoop = _asyncio.BaseEventLoop
 cdef object _CancelledError = _asyncio.CancelledError
 cdef object _InvalidStateError = _asyncio.InvalidStateError
+cdef object _Context = _contextvars.Context
 cdef object _heappush = _heapq.heappush
 cdef object _heappop = _heapq.heappop
 cdef object _MSG_TIMED_OUT = contract.MSG_TIMED_OUT
@@ -288,14 +290,13 @@ cdef class SemaphorePermit:
         raise contract.no_copy_error(self)
 
 
-cdef void _warn_leaked(PyObject *sem, int64_t n) noexcept:
-    # From the permit's deallocator (plim_permit_dealloc): nothing may
-    # escape, and the dying permit is not handed to the warning machinery
-    # (it could keep a reference); its semaphore names it.
-    try:
-        contract.warn_leaked_permit(<object>sem, n)
-    except BaseException:
-        PyErr_WriteUnraisable(<object>sem)
+cdef int _warn_leaked(PyObject *sem, int64_t n) except -1:
+    # From the permit's deallocator (plim_permit_dealloc), after the permit
+    # is gone: it gets the semaphore, which names it in the message.  An
+    # exception (-W error) is left set for the hook, which reports it as
+    # unraisable (PyErr_WriteUnraisable needs it set: Py_DEBUG asserts so).
+    contract.warn_leaked_permit(<object>sem, n)
+    return 0
 
 
 cdef inline SemaphorePermit _new_permit(AsyncSemaphore sem, int64_t n):
@@ -634,7 +635,8 @@ cdef class _Request:
 
     def add_done_callback(self, fn, *, context=None):
         """Call ``fn(self)`` (in ``context``) when the outcome is delivered."""
-        contract.check_done_callback(fn, context)
+        if not callable(fn) or (context is not None and type(context) is not _Context):
+            contract.check_done_callback(fn, context)   # raises TypeError
         if self.fired and self.ls is not None:
             self.ls.loop.call_soon(fn, self, context=context)
         elif self.cb is None and self.more_cbs is None:

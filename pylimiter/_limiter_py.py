@@ -22,6 +22,7 @@ holds the two side by side.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import heapq
 import threading
 import time
@@ -100,6 +101,7 @@ _LOCK_TIMEOUT_MAX = threading.TIMEOUT_MAX
 # asyncio's C accelerated lookup: the loop running in this thread, or None.
 _get_running_loop = asyncio.events._get_running_loop
 _new = object.__new__
+_Context = contextvars.Context
 _heappush = heapq.heappush
 _heappop = heapq.heappop
 
@@ -225,7 +227,8 @@ class _Waiter(NoCopy):
 
     def add_done_callback(self, fn: _Callback, *, context: Any = None) -> None:
         """Call ``fn(self)`` (in ``context``) when the outcome is delivered."""
-        check_done_callback(fn, context)
+        if not callable(fn) or (context is not None and type(context) is not _Context):
+            check_done_callback(fn, context)   # raises TypeError
         if self.fired and self.ls is not None:
             self.ls.loop.call_soon(fn, self, context=context)
         else:
@@ -547,7 +550,10 @@ class _Request(NoCopy, ReleasingRequest[SemaphorePermit]):
                 finally:
                     lock.release()
                 if n < 0:
-                    return self._granted(p)
+                    if self._anon:
+                        return self._granted(p)
+                    self._result = p
+                    return p
             p = yield from sem._acquire_slow(self._permit, self._n, self._timeout,
                                              self._is_cancelled)
             return self._granted(p)
@@ -594,8 +600,17 @@ class AsyncSemaphore(NoCopy):
     ``set_max_permits`` changes the limit live, to or from unbounded too.
     """
 
-    #: Set by __init__, last; until then every call raises (see __getattr__).
-    _ready = False
+    def __new__(cls, *args: Any, **kwargs: Any) -> AsyncSemaphore:
+        # Not ready until __init__ has run to its end: every method and
+        # property of a semaphore made by __new__ alone (or by a subclass
+        # that skips __init__) raises, as the C twin's.  An instance
+        # attribute, not a class one, so attribute reads stay specialised.
+        self = super().__new__(cls)
+        self._ready = False
+        return self
+
+    def _unready(self) -> RuntimeError:
+        return uninitialised_error(self)
 
     def __init__(
         self,
@@ -604,7 +619,7 @@ class AsyncSemaphore(NoCopy):
         timeout: float | None = 25.0,
     ) -> None:
         max_permits, max_queue_size = check_limits(max_permits, max_queue_size)
-        if self._ready:
+        if getattr(self, "_ready", False):
             # A second __init__ would forget what is held and queued.
             raise reinit_error(self)
         self._timeout = check_timeout(timeout, None)
@@ -625,57 +640,61 @@ class AsyncSemaphore(NoCopy):
         self._wait_counts = [0] * len(WAIT_BUCKETS)
         self._ready = True
 
-    if not TYPE_CHECKING:
-        def __getattr__(self, name):
-            # Only reached when normal lookup fails: on the hot paths never.
-            # A semaphore made by __new__ alone has none of its state, so
-            # every method and property gets here at its first read of it.
-            if not self._ready and name.startswith("_") and not name.startswith("__"):
-                raise uninitialised_error(self)
-            raise AttributeError(
-                f"{type(self).__name__!r} object has no attribute {name!r}")
-
     # ---- properties ---------------------------------------------------
 
     @property
     def max_permits(self) -> int:
         """The limit last set (<= 0: unbounded)."""
+        if not self._ready:
+            raise self._unready()
         return self._max
 
     @property
     def available_permits(self) -> int:
         """max_permits - acquired_permits (negative after lowering the limit);
         ``2**63 - 1`` when unbounded."""
+        if not self._ready:
+            raise self._unready()
         return self._avail if self._bounded else UNBOUNDED_AVAILABLE
 
     @property
     def acquired_permits(self) -> int:
         """Permits held now (granted and not released)."""
+        if not self._ready:
+            raise self._unready()
         return self._max - self._avail if self._bounded else -self._avail
 
     @property
     def queue_size(self) -> int:
         """Requests waiting in the queue."""
+        if not self._ready:
+            raise self._unready()
         return len(self._queue)
 
     @property
     def max_queue_size(self) -> int:
         """The configured queue bound (<= 0: unbounded)."""
+        if not self._ready:
+            raise self._unready()
         return self._max_queue
 
     @property
     def closed(self) -> bool:
         """True after close()."""
+        if not self._ready:
+            raise self._unready()
         return self._closed
 
     def locked(self) -> bool:
         """True when ``acquire(1)`` could not be granted at once: fewer than
         one permit is available, requests are queued (no barging), or the
         semaphore is closed.  As asyncio.Semaphore.locked(); a snapshot."""
+        if not self._ready:
+            raise self._unready()
         return self._closed or (self._bounded and (bool(self._queue) or self._avail < 1))
 
     def __repr__(self) -> str:
-        if not self._ready:
+        if not getattr(self, "_ready", False):
             return uninitialised_repr(self)
         return (
             f"<AsyncSemaphore max_permits={self._max} "
@@ -694,6 +713,8 @@ class AsyncSemaphore(NoCopy):
         PermitAcquireAlreadyClosedError or PermitAcquireCancelledError.
         ``async with sem.acquire(n) as p:`` releases p on exit.
         """
+        if not self._ready:
+            raise self._unready()
         if type(permits) is not int or not 0 <= permits <= MAX_PERMITS or (
                 self._bounded and permits > self._max):
             permits = check_permits(permits, self._max, self._bounded)
@@ -724,6 +745,8 @@ class AsyncSemaphore(NoCopy):
                          timeout: float | None = TIMEOUT_NOT_GIVEN,
                          is_cancelled: IsCancelled = None) -> SemaphorePermit:
         """Blocking twin of ``acquire`` for threads."""
+        if not self._ready:
+            raise self._unready()
         n = check_permits(permits, self._max, self._bounded)
         t = check_timeout(timeout, self._timeout)
         check_is_cancelled(is_cancelled)
@@ -742,6 +765,8 @@ class AsyncSemaphore(NoCopy):
     def try_acquire(self, permits: int = 1) -> SemaphorePermit | None:
         """Take ``permits`` now if they fit and nobody queues; else None.
         Never waits and never overtakes queued requests."""
+        if not self._ready:
+            raise self._unready()
         n = check_permits(permits, self._max, self._bounded)
         with self._lock:
             if self._closed:
@@ -787,11 +812,15 @@ class AsyncSemaphore(NoCopy):
     else:
         def __aenter__(self):
             """``async with sem:`` takes one permit (as asyncio.Semaphore)."""
+            if not self._ready:
+                raise self._unready()
             r = _new_request(self, None, 1, self._timeout, None)
             r._anon = True
             return r
 
         def __aexit__(self, exc_type, exc, tb):
+            if not self._ready:
+                raise self._unready()
             with self._lock:
                 if self._anon <= 0:
                     raise RuntimeError(MSG_ANON_EXIT)
@@ -802,6 +831,8 @@ class AsyncSemaphore(NoCopy):
     def close(self) -> None:
         """Close (idempotent): queued requests fail with
         PermitAcquireAlreadyClosedError, and so do later acquires."""
+        if not self._ready:
+            raise self._unready()
         done: list[_Waiter] = []
         with self._lock:
             self._closed = True
@@ -819,6 +850,8 @@ class AsyncSemaphore(NoCopy):
         now fit.  ``max_permits <= 0`` makes it unbounded: every queued
         request is granted at once."""
         m = check_new_max(max_permits)
+        if not self._ready:
+            raise self._unready()
         done: list[_Waiter] = []
         with self._lock:
             old_limit = self._max if self._bounded else 0
@@ -837,6 +870,8 @@ class AsyncSemaphore(NoCopy):
 
     def stats(self) -> SemaphoreStats:
         """A snapshot of gauges, counters and the wait-time histogram."""
+        if not self._ready:
+            raise self._unready()
         with self._lock:
             count = sum(self._wait_counts)
             return SemaphoreStats(

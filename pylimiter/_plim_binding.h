@@ -215,7 +215,7 @@ static Py_ssize_t plim_permit_count_offset = 0;  /* int64_t permits held */
 static Py_ssize_t plim_permit_sem_offset = 0;    /* PyObject *semaphore */
 /* Cython: emits the ResourceWarning; gets the semaphore and the count, never
  * the permit itself (which no longer exists when it runs). */
-static void (*plim_permit_leaked)(PyObject *sem, int64_t n) = NULL;
+static int (*plim_permit_leaked)(PyObject *sem, int64_t n) = NULL;  /* -1: raised */
 
 static void plim_permit_dealloc(PyObject *o)
 {
@@ -235,12 +235,14 @@ static void plim_permit_dealloc(PyObject *o)
         return;
 #if PY_VERSION_HEX >= 0x030C0000
     PyObject *exc = PyErr_GetRaisedException();
-    plim_permit_leaked(sem, n);
+    if (plim_permit_leaked(sem, n) < 0)
+        PyErr_WriteUnraisable(sem);   /* with the error still set, as it requires */
     PyErr_SetRaisedException(exc);
 #else
     PyObject *et, *ev, *tb;
     PyErr_Fetch(&et, &ev, &tb);
-    plim_permit_leaked(sem, n);
+    if (plim_permit_leaked(sem, n) < 0)
+        PyErr_WriteUnraisable(sem);
     PyErr_Restore(et, ev, tb);
 #endif
     Py_DECREF(sem);
@@ -271,7 +273,7 @@ static void plim_request_dealloc(PyObject *o)
 
 static int plim_install_deallocs(PyObject *permit_type, Py_ssize_t count_offset,
                                  Py_ssize_t sem_offset,
-                                 void (*leaked)(PyObject *, int64_t),
+                                 int (*leaked)(PyObject *, int64_t),
                                  PyObject *request_type, Py_ssize_t result_offset,
                                  Py_ssize_t lock_offset, void (*give_lock)(void *))
 {

@@ -114,13 +114,15 @@ class LimiterCollector:
         self._label_names: dict[str, tuple[str, ...]] = {}
         self._ready = True
 
-    #: Set by __init__; a collector made by __new__ alone refuses every call.
-    _ready = False
+    def __new__(cls, *args: Any, **kwargs: Any) -> "LimiterCollector":
+        # A collector made by __new__ alone refuses every call.
+        self = super().__new__(cls)
+        self._ready = False
+        return self
 
-    def __getattr__(self, name: str) -> Any:
-        if not self._ready and name.startswith("_") and not name.startswith("__"):
+    def _check_ready(self) -> None:
+        if not self._ready:
             raise uninitialised_error(self)
-        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
     @staticmethod
     def _check_labels(labels) -> dict:
@@ -159,6 +161,7 @@ class LimiterCollector:
         if clash:
             raise ValueError(f"pylimiter: labels {sorted(clash)} are the collector's own")
         keys = tuple(sorted(extra))
+        self._check_ready()
         with self._lock:
             known = self._label_names.setdefault(name, keys)
             if known != keys:
@@ -171,6 +174,7 @@ class LimiterCollector:
         (KeyError if nothing was)."""
         name = _exact_str(name, "name")
         extra = self._check_labels(labels)
+        self._check_ready()
         with self._lock:
             keys = self._label_names[name]
             del self._tracked[name][tuple(extra.get(k) for k in keys)]
@@ -179,6 +183,7 @@ class LimiterCollector:
 
     def collect(self) -> Iterator:
         """The metric families, from one stats() snapshot per semaphore."""
+        self._check_ready()
         with self._lock:
             tracked = [(n, list(e.values()), self._label_names[n])
                        for n, e in self._tracked.items()]

@@ -13,7 +13,7 @@ from tests._robust import crashed, run_script
 pytestmark = pytest.mark.slow   # a child interpreter
 
 
-@pytest.mark.parametrize("twin", ["c", "python"])
+@pytest.mark.parametrize("twin", [pytest.param("c", marks=pytest.mark.c_extension), "python"])
 def test_every_attribute_of_every_object_in_every_state(twin):
     out = run_script("""
         import asyncio, sys
@@ -42,7 +42,7 @@ def test_every_attribute_of_every_object_in_every_state(twin):
     assert objects >= 32
 
 
-@pytest.mark.parametrize("twin", ["c", "python"])
+@pytest.mark.parametrize("twin", [pytest.param("c", marks=pytest.mark.c_extension), "python"])
 def test_the_loop_of_a_waiter_is_its_tasks_loop_or_none(twin):
     # The private `_loop` answers asyncio (its Future protocol); None where
     # no loop is involved, never a crash or an AssertionError.

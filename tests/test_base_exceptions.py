@@ -28,14 +28,15 @@ KINDS = [KeyboardInterrupt, SystemExit, GeneratorExit, asyncio.CancelledError]
 class Check:
     """An is_cancelled that answers False until armed, then raises."""
 
-    def __init__(self, exc_type=KeyboardInterrupt):
+    def __init__(self, exc_type=KeyboardInterrupt, raise_from_call=0):
         self.exc_type = exc_type
         self.armed = False
         self.calls = 0
+        self.raise_from_call = raise_from_call   # or: armed at this call
 
     def __call__(self):
         self.calls += 1
-        if self.armed:
+        if self.armed or 0 < self.raise_from_call <= self.calls:
             raise self.exc_type("from is_cancelled")
         return False
 
@@ -208,14 +209,13 @@ def test_timeout_of_the_head_whose_successor_check_raises(mod):
     try:
         sem = mod.AsyncSemaphore(2, timeout=None)
         held = sem.try_acquire(1)
-        check = Check()
-        heads = [loop.create_task(sem.acquire(2, timeout=0.01)) for _ in range(2)]
+        check = Check(raise_from_call=2)   # asked when it joins, then at the head
+        heads = [loop.create_task(sem.acquire(2, timeout=0.05)) for _ in range(2)]
         a = loop.create_task(sem.acquire(1, is_cancelled=check))
         b = loop.create_task(sem.acquire(1))
-        run_rounds(loop)
-        check.armed = True
         with pytest.raises(KeyboardInterrupt):
-            loop.run_until_complete(asyncio.sleep(0.1))
+            loop.run_until_complete(asyncio.sleep(5))
+        assert check.calls == 2
         run_rounds(loop)
         from pylimiter import PermitAcquireTimeoutError
         assert [outcome(h) for h in heads] == [PermitAcquireTimeoutError] * 2

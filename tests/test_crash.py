@@ -20,7 +20,7 @@ from tests._robust import crashed, run_script
 
 pytestmark = pytest.mark.slow   # child interpreters: seconds, not milliseconds
 
-TWINS = ["c", "python"]
+TWINS = [pytest.param("c", marks=pytest.mark.c_extension), "python"]
 
 
 @pytest.mark.parametrize("twin", TWINS)

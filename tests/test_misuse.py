@@ -65,6 +65,7 @@ def outcome(call):
     return "returned", result
 
 
+@pytest.mark.c_extension
 @pytest.mark.parametrize("subclass", [False, True], ids=["new", "subclass-skips-init"])
 def test_uninitialised_semaphore_refuses_every_call_alike_in_both_twins(subclass):
     results = {}
