@@ -43,13 +43,16 @@ test: build relacy
 # The Py_DEBUG tier (issue 18): Debian's python3.11-dbg, whose refcount and
 # GC assertions abort on a double free, a freelist entry used twice or an
 # object tracked twice, runs the limiter's and the entry cache's suites
-# against extensions built for it (C assertions and PLIM_DEBUG on too), in
-# a venv of its own: once under -X dev -W error, then a stress pass with a
-# collection at nearly every allocation (PYLIMITER_GC_THRESHOLD=1) over the
-# tests that make and drop the most objects.  The C twin only: the pure one
-# runs everywhere else.  Debian's 3.11 (3.11.2) is not pyenv's (3.11.7),
-# hence the separate venv; its extensions (*.cpython-311d-*.so) sit beside
-# the others and only it loads them.
+# against extensions built for it with AddressSanitizer and UBSan (and C
+# assertions, PLIM_DEBUG), in a venv of its own: once under -X dev -W error,
+# then a stress pass with a collection at nearly every allocation
+# (PYLIMITER_GC_THRESHOLD=1) over the tests that make and drop the most
+# objects.  The sanitizers cover the binding's own C (the deallocation
+# hooks, the StopIteration cache), which the C tier (tests/test_c_core.py)
+# cannot reach.  The C twin only: the pure one runs everywhere else.
+# Debian's 3.11 (3.11.2) is not pyenv's (3.11.7), hence the separate venv;
+# its extensions (*.cpython-311d-*.so) sit beside the others and only it
+# loads them.
 DBG_PYTHON ?= python3.11-dbg
 DBG_VENV ?= .venv-dbg
 DBG_PY := $(DBG_VENV)/bin/python
@@ -64,6 +67,13 @@ DBG_STRESS := tests/test_wakeups.py tests/test_habits.py tests/test_dual.py test
 	tests/pulsar/test_cache_manager.py tests/pulsar/test_cache_reader.py \
 	tests/pulsar/test_cache_queue.py
 DBG_PYTEST := -X dev -W error -m pytest -q -rfE -p no:cacheprovider -m "not spark"
+DBG_CFLAGS := -O0 -g -UNDEBUG -DPLIM_DEBUG=1 -fno-omit-frame-pointer \
+	-fsanitize=address,undefined -fno-sanitize-recover=undefined
+# The sanitizer runtimes go first into the (uninstrumented) interpreter;
+# leaks are CPython's own at exit, not checked.
+DBG_ENV = LD_PRELOAD="$$(cc -print-file-name=libasan.so) $$(cc -print-file-name=libubsan.so)" \
+	ASAN_OPTIONS=detect_leaks=0:halt_on_error=1 \
+	UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
 
 # Installed from Debian when this user can (as relacy-dev above).
 dbg-python:
@@ -71,8 +81,9 @@ dbg-python:
 	    { apt-get update -qq && DEBIAN_FRONTEND=noninteractive \
 	      apt-get install -y -qq python3.11-dbg python3.11-dev python3.11-venv >/dev/null; } ; } || true
 
-# The tools at the main venv's versions (same Cython: same generated C).
-$(DBG_VENV)/.deps: pyproject.toml Makefile $(VENV)/.deps
+# The tools at the main venv's versions (same Cython: same generated C);
+# rm -rf $(DBG_VENV) after changing the list.
+$(DBG_VENV)/.deps: pyproject.toml $(VENV)/.deps
 	rm -rf $(DBG_VENV)
 	$(DBG_PYTHON) -m venv $(DBG_VENV)
 	PYTHONWARNINGS=ignore $(DBG_PY) -m pip install -q --upgrade "pip>=25.1" \
@@ -87,10 +98,10 @@ test-dbg: build dbg-python
 	         "(apt-get install python3.11-dbg python3.11-dev python3.11-venv, as root)"; \
 	else \
 	    $(MAKE) --no-print-directory $(DBG_VENV)/.deps && \
-	    CFLAGS="-O0 -g -UNDEBUG -DPLIM_DEBUG=1" $(DBG_PY) setup.py -q build_ext --inplace \
-	        --build-temp build/temp-dbg >/dev/null && \
-	    $(DBG_PY) $(DBG_PYTEST) -k "not python" $(DBG_CORE) $(DBG_CACHE) && \
-	    PYLIMITER_GC_THRESHOLD=1 $(DBG_PY) $(DBG_PYTEST) \
+	    CFLAGS="$(DBG_CFLAGS)" LDFLAGS="-fsanitize=address,undefined" $(DBG_PY) setup.py -q \
+	        build_ext --inplace --force --build-temp build/temp-dbg >/dev/null && \
+	    $(DBG_ENV) $(DBG_PY) $(DBG_PYTEST) -k "not python" $(DBG_CORE) $(DBG_CACHE) && \
+	    $(DBG_ENV) PYLIMITER_GC_THRESHOLD=1 $(DBG_PY) $(DBG_PYTEST) \
 	        -k "not python and not 200_concurrent and not trio" $(DBG_STRESS); \
 	fi
 

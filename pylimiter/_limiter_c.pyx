@@ -46,7 +46,7 @@ which has the same waiters, batches and timers in Python.
 cimport cython
 from cpython.ref cimport PyObject, Py_INCREF, Py_DECREF
 from cpython.exc cimport PyErr_SetObject
-from libc.stdint cimport int64_t, uint64_t
+from libc.stdint cimport int64_t, uint64_t, INT64_MAX
 
 import asyncio as _asyncio
 import contextvars as _contextvars
@@ -1446,6 +1446,8 @@ cdef class AsyncSemaphore:
         cdef int rc
         cdef PY_TIMEOUT_T us
         cdef int64_t deadline = 0
+        cdef int64_t now
+        cdef double t
         w.blocking = True
         r = self._begin(w, permit, n, timeout, is_cancelled)
         if r is not w:
@@ -1455,8 +1457,13 @@ cdef class AsyncSemaphore:
         if timeout is None:
             us = -1
         else:
-            us = <PY_TIMEOUT_T>min(<double>timeout * 1e6, <double>PY_TIMEOUT_MAX)
-            deadline = plim_monotonic_ns() + us * 1000
+            # Saturating, in integers: (double)PY_TIMEOUT_MAX rounds up past
+            # it, and us * 1000 overflowed int64 for inf (UBSan), which made
+            # a wait resumed after a signal time out at once.
+            t = <double>timeout * 1e6
+            us = PY_TIMEOUT_MAX if t >= <double>PY_TIMEOUT_MAX else <PY_TIMEOUT_T>t
+            now = plim_monotonic_ns()
+            deadline = INT64_MAX if us >= (INT64_MAX - now) // 1000 else now + us * 1000
         while True:
             with nogil:
                 rc = PyThread_acquire_lock_timed(w.lock, us, 1)

@@ -15,7 +15,9 @@ from __future__ import annotations
 
 import asyncio
 import math
+import signal
 import threading
+import time
 
 import pytest
 
@@ -141,4 +143,37 @@ def test_a_request_driven_twice_or_after_await_refuses_alike(mod, arun):
             r3.send(None)
 
     arun(main())
+    check_invariant(sem, [])
+
+
+@pytest.mark.skipif(not hasattr(signal, "pthread_kill"), reason="POSIX signals")
+@pytest.mark.parametrize("timeout", [math.inf, 1e10], ids=repr)
+def test_blocking_wait_resumed_after_a_signal_keeps_its_huge_timeout(mod, timeout):
+    # A signal whose handler returns interrupts the wait, which resumes
+    # with what is left of its timeout.  The C twin's deadline for inf
+    # overflowed int64 (found by UBSan in the Py_DEBUG tier): it resumed
+    # with no time left and timed out at once.
+    sem = mod.AsyncSemaphore(1)
+    held = sem.try_acquire(1)
+    hits = []
+    main = threading.main_thread().ident
+    assert threading.get_ident() == main
+
+    def interrupt_then_release():
+        for _ in range(3):
+            time.sleep(0.05)
+            signal.pthread_kill(main, signal.SIGUSR1)   # to the waiting thread
+        time.sleep(0.05)
+        sem.release(held)
+
+    old = signal.signal(signal.SIGUSR1, lambda *a: hits.append(1))
+    helper = threading.Thread(target=interrupt_then_release)
+    try:
+        helper.start()
+        p = sem.acquire_blocking(1, timeout=timeout)
+    finally:
+        helper.join()
+        signal.signal(signal.SIGUSR1, old)
+    assert len(hits) == 3 and p.permits == 1
+    sem.release(p)
     check_invariant(sem, [])
