@@ -62,10 +62,9 @@ DBG_CORE := tests/test_api.py tests/test_semaphore.py tests/test_dual.py tests/t
 	tests/test_attributes.py tests/test_misuse.py tests/test_base_exceptions.py \
 	tests/test_twin_parity.py tests/test_hostile.py
 DBG_CACHE := $(filter-out tests/pulsar/test_cache_c_core.py,$(wildcard tests/pulsar/test_cache_*.py))
-DBG_STRESS := tests/test_wakeups.py tests/test_habits.py tests/test_dual.py tests/test_await_path.py \
-	tests/test_base_exceptions.py tests/test_misuse.py tests/test_twin_parity.py \
-	tests/pulsar/test_cache_manager.py tests/pulsar/test_cache_reader.py \
-	tests/pulsar/test_cache_queue.py
+DBG_STRESS := tests/test_wakeups.py tests/test_habits.py tests/test_await_path.py \
+	tests/test_base_exceptions.py tests/test_misuse.py tests/pulsar/test_cache_manager.py \
+	tests/pulsar/test_cache_reader.py tests/pulsar/test_cache_queue.py
 DBG_PYTEST := -X dev -W error -m pytest -q -rfE -p no:cacheprovider -m "not spark"
 DBG_CFLAGS := -O0 -g -UNDEBUG -DPLIM_DEBUG=1 -fno-omit-frame-pointer \
 	-fsanitize=address,undefined -fno-sanitize-recover=undefined
@@ -99,7 +98,7 @@ test-dbg: build dbg-python
 	else \
 	    $(MAKE) --no-print-directory $(DBG_VENV)/.deps && \
 	    CFLAGS="$(DBG_CFLAGS)" LDFLAGS="-fsanitize=address,undefined" $(DBG_PY) setup.py -q \
-	        build_ext --inplace --force --build-temp build/temp-dbg >/dev/null && \
+	        build_ext --inplace --build-temp build/temp-dbg >/dev/null && \
 	    $(DBG_ENV) $(DBG_PY) $(DBG_PYTEST) -k "not python" $(DBG_CORE) $(DBG_CACHE) && \
 	    $(DBG_ENV) PYLIMITER_GC_THRESHOLD=1 $(DBG_PY) $(DBG_PYTEST) \
 	        -k "not python and not 200_concurrent and not trio" $(DBG_STRESS); \
