@@ -10,6 +10,7 @@ and the two twins give the same answer for every call."""
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import math
 
 import pytest
@@ -191,7 +192,8 @@ def cases():
             assert list(c.collect()) is not None
         return call
 
-    return {
+    has_prometheus = importlib.util.find_spec("prometheus_client") is not None
+    out = {
         "AsyncSemaphore(v)": new_sem(...),
         "AsyncSemaphore(5, v)": new_sem(5, ...),
         "AsyncSemaphore(5, 10, v)": new_sem(5, 10, ...),
@@ -257,6 +259,10 @@ def cases():
         "untrack(v)": untrack(...),
         "untrack('pool', labels=v)": untrack("pool", labels=...),
     }
+    if not has_prometheus:   # an install without the [prometheus] extra
+        out = {k: v for k, v in out.items()
+               if not k.startswith(("LimiterCollector", "track", "untrack"))}
+    return out
 
 
 def run_matrix(mod):
@@ -291,7 +297,7 @@ def test_every_hostile_call_works_or_raises_type_or_value_error(matrices):
                if v.startswith("ESCAPED")}
     assert not escaped
     n = sum(len(m) for m in matrices.values())
-    assert n >= 2 * 50 * len(HOSTILE)
+    assert n >= 2 * 40 * len(HOSTILE)
 
 
 @pytest.mark.c_extension
