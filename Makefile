@@ -4,7 +4,8 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PURE_VENV ?= .venv-pure
 
-.PHONY: all venv build debug test test-c test-py test-pure test-pythons bench bench-micro asv java clean \
+.PHONY: all venv build debug test test-c test-py test-pure test-dbg dbg-python test-pythons bench \
+	bench-micro asv java clean \
 	wheels check-wheels wheel-cp311 test-aarch64 model-check relacy proto bench-table \
 	cursor-sim cursor-bench cache-sim cache-bench balance
 
@@ -32,11 +33,76 @@ debug: venv
 # the Relacy memory-model check, the Spark pipelines on one shared local
 # session, the CLIs; then the public API again in env-var pure mode (the
 # pipelines, CLIs and the C core alone, already run, are left out there),
-# and a pure install in a venv of its own.
+# and a pure install in a venv of its own; then the Py_DEBUG tier.
 test: build relacy
 	$(PY) -m pytest
 	PYLIMITER_NO_EXTENSIONS=1 $(PY) -m pytest --no-c-extensions -q -m "not slow and not spark and not c_core"
 	$(MAKE) test-pure
+	$(MAKE) test-dbg
+
+# The Py_DEBUG tier (issue 18): Debian's python3.11-dbg, whose refcount and
+# GC assertions abort on a double free, a freelist entry used twice or an
+# object tracked twice, runs the limiter's and the entry cache's suites
+# against extensions built for it with AddressSanitizer and UBSan (and C
+# assertions, PLIM_DEBUG), in a venv of its own: once under -X dev -W error,
+# then a stress pass with a collection at nearly every allocation
+# (PYLIMITER_GC_THRESHOLD=1) over the tests that make and drop the most
+# objects.  The sanitizers cover the binding's own C (the deallocation
+# hooks, the StopIteration cache), which the C tier (tests/test_c_core.py)
+# cannot reach.  The C twin only: the pure one runs everywhere else.
+# Debian's 3.11 (3.11.2) is not pyenv's (3.11.7), hence the separate venv;
+# its extensions (*.cpython-311d-*.so) sit beside the others and only it
+# loads them.
+DBG_PYTHON ?= python3.11-dbg
+DBG_VENV ?= .venv-dbg
+DBG_PY := $(DBG_VENV)/bin/python
+DBG_CORE := tests/test_api.py tests/test_semaphore.py tests/test_dual.py tests/test_habits.py \
+	tests/test_wakeups.py tests/test_await_path.py tests/test_timers.py tests/test_switch.py \
+	tests/test_prometheus.py tests/test_differential.py tests/test_crash.py \
+	tests/test_attributes.py tests/test_misuse.py tests/test_base_exceptions.py \
+	tests/test_twin_parity.py tests/test_hostile.py
+DBG_CACHE := $(filter-out tests/pulsar/test_cache_c_core.py,$(wildcard tests/pulsar/test_cache_*.py))
+DBG_STRESS := tests/test_wakeups.py tests/test_habits.py tests/test_await_path.py \
+	tests/test_base_exceptions.py tests/test_misuse.py tests/pulsar/test_cache_manager.py \
+	tests/pulsar/test_cache_reader.py tests/pulsar/test_cache_queue.py
+DBG_PYTEST := -X dev -W error -m pytest -q -rfE -p no:cacheprovider -m "not spark"
+DBG_CFLAGS := -O0 -g -UNDEBUG -DPLIM_DEBUG=1 -fno-omit-frame-pointer \
+	-fsanitize=address,undefined -fno-sanitize-recover=undefined
+# The sanitizer runtimes go first into the (uninstrumented) interpreter;
+# leaks are CPython's own at exit, not checked.
+DBG_ENV = LD_PRELOAD="$$(cc -print-file-name=libasan.so) $$(cc -print-file-name=libubsan.so)" \
+	ASAN_OPTIONS=detect_leaks=0:halt_on_error=1 \
+	UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
+
+# Installed from Debian when this user can (as relacy-dev above).
+dbg-python:
+	@command -v $(DBG_PYTHON) >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && \
+	    { apt-get update -qq && DEBIAN_FRONTEND=noninteractive \
+	      apt-get install -y -qq python3.11-dbg python3.11-dev python3.11-venv >/dev/null; } ; } || true
+
+# The tools at the main venv's versions (same Cython: same generated C);
+# rm -rf $(DBG_VENV) after changing the list.
+$(DBG_VENV)/.deps: pyproject.toml $(VENV)/.deps
+	rm -rf $(DBG_VENV)
+	$(DBG_PYTHON) -m venv $(DBG_VENV)
+	PYTHONWARNINGS=ignore $(DBG_PY) -m pip install -q --upgrade "pip>=25.1" \
+	    $$($(PY) -c "from importlib.metadata import version as v; \
+	        print(' '.join(f'{p}=={v(p)}' for p in \
+	        ('cython', 'setuptools', 'pytest', 'hypothesis', 'prometheus_client', 'trio')))")
+	touch $@
+
+test-dbg: build dbg-python
+	@if ! command -v $(DBG_PYTHON) >/dev/null 2>&1; then \
+	    echo "Py_DEBUG tier NOT run: $(DBG_PYTHON) is missing and cannot be installed here" \
+	         "(apt-get install python3.11-dbg python3.11-dev python3.11-venv, as root)"; \
+	else \
+	    $(MAKE) --no-print-directory $(DBG_VENV)/.deps && \
+	    CFLAGS="$(DBG_CFLAGS)" LDFLAGS="-fsanitize=address,undefined" $(DBG_PY) setup.py -q \
+	        build_ext --inplace --build-temp build/temp-dbg >/dev/null && \
+	    $(DBG_ENV) $(DBG_PY) $(DBG_PYTEST) -k "not python" $(DBG_CORE) $(DBG_CACHE) && \
+	    $(DBG_ENV) PYLIMITER_GC_THRESHOLD=1 $(DBG_PY) $(DBG_PYTEST) \
+	        -k "not python and not 200_concurrent and not trio" $(DBG_STRESS); \
+	fi
 
 # The Relacy headers for the memory-model check (tests/test_memory_model.py):
 # installed from Debian when this user can, else one line says why the check

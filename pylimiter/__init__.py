@@ -14,6 +14,7 @@ from ._errors import (
     PermitAcquireAlreadyClosedError,
     PermitAcquireCancelledError,
     PermitAcquireError,
+    PermitOverflowError,
     PermitAcquireQueueFullError,
     PermitAcquireTimeoutError,
 )
@@ -53,6 +54,7 @@ __all__ = (
     "PermitAcquireError",
     "PermitAcquireQueueFullError",
     "PermitAcquireTimeoutError",
+    "PermitOverflowError",
     "SemaphorePermit",
     "SemaphoreStats",
     "__version__",

@@ -10,19 +10,21 @@ anything but the common case.
 
 from __future__ import annotations
 
+import contextvars
 import enum
 import math
 import warnings
 from collections.abc import Callable, Generator, Iterable
 from dataclasses import dataclass
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, NoReturn, TypeVar
 
 from ._errors import (
     PermitAcquireAlreadyClosedError,
     PermitAcquireCancelledError,
     PermitAcquireQueueFullError,
     PermitAcquireTimeoutError,
+    PermitOverflowError,
 )
 
 #: The largest max_permits and the largest single request (the C core's
@@ -34,6 +36,9 @@ MAX_PERMITS = (1 << 60) - 1
 MAX_ACQUIRED = MAX_PERMITS
 #: available_permits of an unbounded semaphore.
 UNBOUNDED_AVAILABLE = 2**63 - 1
+#: An asyncio wait longer than this (about 31 years) waits this long: the
+#: deadline stays a finite number of nanoseconds (the C twin's int64_t).
+MAX_TIMEOUT_S = 1e9
 
 #: Upper bounds (seconds) of the wait-time histogram: prometheus_client's
 #: defaults with finer steps at the low end, where immediate grants land.
@@ -112,7 +117,17 @@ W_IDLE, W_QUEUED, W_GRANTED, W_CLOSED, W_TOO_LARGE, W_CANCELLED, W_REMOVED = ran
 
 # ---- messages -----------------------------------------------------------------
 MSG_PERMIT_NOT_CONSTRUCTIBLE = "pylimiter: permits are created by a semaphore"
+MSG_REQUEST_NOT_CONSTRUCTIBLE = (
+    "pylimiter: requests are created by a semaphore's acquire() or update()")
+MSG_INTERNAL_NOT_CONSTRUCTIBLE = "pylimiter: {} objects are created by a semaphore"
 MSG_ALREADY_AWAITED = "pylimiter: this request was already awaited"
+MSG_REUSED = "pylimiter: cannot reuse an already awaited request"
+MSG_UNINITIALISED = (
+    "pylimiter: this {} is not initialised (made by __new__ without __init__)")
+MSG_REINIT = "pylimiter: {} is already initialised"
+MSG_NO_COPY = (
+    "pylimiter: {} objects cannot be copied or pickled: each one is live "
+    "state of its semaphore (make a new one instead)")
 MSG_CLOSED = "pylimiter: semaphore is closed"
 MSG_CLOSED_WHILE_QUEUED = "pylimiter: semaphore was closed"
 MSG_CANCELLED = "pylimiter: request cancelled"
@@ -203,9 +218,54 @@ def closed_error() -> PermitAcquireAlreadyClosedError:
     return PermitAcquireAlreadyClosedError(MSG_CLOSED)
 
 
-def overflow_error() -> OverflowError:
+def overflow_error() -> PermitOverflowError:
     """The error of a request that would hold more than MAX_ACQUIRED."""
-    return OverflowError(MSG_OVERFLOW)
+    return PermitOverflowError(MSG_OVERFLOW)
+
+
+def no_copy_error(obj: object) -> TypeError:
+    """What copy.copy, copy.deepcopy and pickle get for a stateful object."""
+    return TypeError(MSG_NO_COPY.format(type(obj).__name__))
+
+
+class NoCopy:
+    """Refuses copy.copy, copy.deepcopy and pickle (a copy of a permit would
+    be a second live permit; of a semaphore, a second view of its queue)."""
+
+    __slots__ = ()
+
+    def __copy__(self) -> NoReturn:
+        raise no_copy_error(self)
+
+    def __deepcopy__(self, memo: object) -> NoReturn:
+        raise no_copy_error(self)
+
+    def __reduce__(self) -> NoReturn:
+        raise no_copy_error(self)
+
+    def __reduce_ex__(self, protocol: object) -> NoReturn:
+        raise no_copy_error(self)
+
+
+def uninitialised_error(obj: object) -> RuntimeError:
+    """The error of every call on an object whose __init__ never ran."""
+    return RuntimeError(MSG_UNINITIALISED.format(type(obj).__name__))
+
+
+def uninitialised_repr(obj: object) -> str:
+    """repr() of such an object (repr never raises: debuggers call it)."""
+    return f"<{type(obj).__name__} (not initialised)>"
+
+
+def reinit_error(obj: object) -> RuntimeError:
+    """The error of a second __init__ (it would forget what is held)."""
+    return RuntimeError(MSG_REINIT.format(type(obj).__name__))
+
+
+def exact_int(value: int) -> int:
+    """An int subclass as a plain int, without calling any of its methods
+    (a hostile __index__, __int__ or comparison never runs)."""
+    return int.__index__(value)
 
 
 def timeout_zero_error() -> PermitAcquireTimeoutError:
@@ -268,9 +328,10 @@ def check_limits(max_permits: object, max_queue_size: object) -> tuple[int, int]
         raise TypeError("pylimiter: max_permits must be an int")
     if type(max_queue_size) is bool or not isinstance(max_queue_size, int):
         raise TypeError("pylimiter: max_queue_size must be an int")
+    max_permits = exact_int(max_permits)
     if max_permits > MAX_PERMITS:
         raise ValueError(f"pylimiter: max_permits={max_permits} exceeds {MAX_PERMITS}")
-    return int(max_permits), int(max_queue_size)
+    return max_permits, exact_int(max_queue_size)
 
 
 def check_new_max(max_permits: object) -> int:
@@ -278,9 +339,10 @@ def check_new_max(max_permits: object) -> int:
     means unbounded."""
     if type(max_permits) is bool or not isinstance(max_permits, int):
         raise TypeError("pylimiter: max_permits must be an int")
+    max_permits = exact_int(max_permits)
     if max_permits > MAX_PERMITS:
         raise ValueError(f"pylimiter: max_permits={max_permits} exceeds {MAX_PERMITS}")
-    return int(max_permits)
+    return max_permits
 
 
 def check_permits(value: object, max_permits: int, bounded: bool) -> int:
@@ -289,13 +351,14 @@ def check_permits(value: object, max_permits: int, bounded: bool) -> int:
         raise TypeError(
             f"pylimiter: permits must be an int, not {type(value).__name__}"
         )
-    value = int(value)
+    if type(value) is not int:
+        value = exact_int(value)
     if value < 0:
         raise ValueError(f"Invalid negative permits value: {value}")
     if bounded and value > max_permits:
         raise too_large_error(value, max_permits)
     if value > MAX_PERMITS:
-        raise OverflowError(
+        raise PermitOverflowError(
             f"pylimiter: permits={value} exceeds the maximum of {MAX_PERMITS}"
         )
     return value
@@ -307,7 +370,8 @@ TIMEOUT_NOT_GIVEN: Any = object()
 
 
 def check_timeout(timeout: object, default: float | None) -> float | None:
-    """Resolve the timeout argument: <default> sentinel, None, or seconds >= 0."""
+    """Resolve the timeout argument: <default> sentinel, None, or seconds >= 0
+    (inf and ints too large for a float wait for ever, in effect)."""
     if timeout is TIMEOUT_NOT_GIVEN:
         return default
     if timeout is None:
@@ -316,10 +380,35 @@ def check_timeout(timeout: object, default: float | None) -> float | None:
         raise TypeError(
             f"pylimiter: timeout must be a number or None, not {type(timeout).__name__}"
         )
-    timeout = float(timeout)
+    if isinstance(timeout, int):
+        whole = exact_int(timeout)
+        try:
+            timeout = float(whole)
+        except OverflowError:
+            timeout = math.inf if whole > 0 else -math.inf
+    else:
+        timeout = float.__float__(timeout)   # a float subclass, no method of its own
     if timeout < 0 or math.isnan(timeout):
         raise ValueError(f"pylimiter: timeout must be >= 0 or None, got {timeout}")
     return timeout
+
+
+def thrown_exception(typ: Any, val: Any = None, tb: Any = None) -> BaseException:
+    """The exception a coroutine's throw(typ, val, tb) raises (both twins'
+    requests build it the same way)."""
+    if isinstance(typ, BaseException):
+        exc = typ
+    elif isinstance(val, BaseException):
+        exc = val
+    elif val is None:
+        exc = typ()
+    else:
+        exc = typ(val)
+    if not isinstance(exc, BaseException):
+        raise TypeError("exceptions must derive from BaseException")
+    if tb is not None:
+        exc = exc.with_traceback(tb)
+    return exc
 
 
 def ask_cancelled(is_cancelled: Callable[[], object]) -> tuple[bool, BaseException | None]:
@@ -330,6 +419,22 @@ def ask_cancelled(is_cancelled: Callable[[], object]) -> tuple[bool, BaseExcepti
         return bool(is_cancelled()), None
     except Exception as exc:
         return True, exc
+
+
+def check_done_callback(fn: object, context: object) -> None:
+    """add_done_callback's arguments: a callable, and a Context or None."""
+    if not callable(fn):
+        raise TypeError(f"pylimiter: a done callback must be callable, not {type(fn).__name__}")
+    if context is not None and type(context) is not contextvars.Context:
+        raise TypeError(
+            f"pylimiter: context must be a contextvars.Context, not {type(context).__name__}")
+
+
+def same_callback(registered: object, fn: object) -> bool:
+    """remove_done_callback's test: equal callbacks, as asyncio compares
+    them (a task's bound method is a new object each time), but only
+    between objects of one type, so a stranger's __eq__ never runs."""
+    return registered is fn or (type(registered) is type(fn) and bool(registered == fn))
 
 
 def check_is_cancelled(is_cancelled: object) -> object:

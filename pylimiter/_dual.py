@@ -9,7 +9,20 @@ from __future__ import annotations
 from collections.abc import Callable, Generator
 from typing import TYPE_CHECKING, Any, Optional
 
-from ._common import TIMEOUT_NOT_GIVEN, LimitType, ReleasingRequest, SemaphoreStats
+from ._common import (
+    MSG_ALREADY_AWAITED,
+    MSG_REQUEST_NOT_CONSTRUCTIBLE,
+    MSG_REUSED,
+    TIMEOUT_NOT_GIVEN,
+    LimitType,
+    NoCopy,
+    ReleasingRequest,
+    SemaphoreStats,
+    reinit_error,
+    thrown_exception,
+    uninitialised_error,
+    uninitialised_repr,
+)
 
 if TYPE_CHECKING:
     from ._limiter_py import AsyncSemaphore, SemaphorePermit, _Request
@@ -17,7 +30,10 @@ if TYPE_CHECKING:
 IsCancelled = Optional[Callable[[], object]]
 
 
-class DualMemoryPermit:
+MSG_DUAL_PERMIT_NOT_CONSTRUCTIBLE = "pylimiter: permits are created by a limiter"
+
+
+class DualMemoryPermit(NoCopy):
     """Bytes held from one pool of an AsyncDualMemoryLimiter.
 
     ``with`` releases it on exit, like SemaphorePermit.
@@ -29,8 +45,13 @@ class DualMemoryPermit:
     _permit: SemaphorePermit
     _limit_type: LimitType
 
+    def __new__(cls, *args: object, **kwargs: object) -> DualMemoryPermit:
+        # Not only __init__: no half-made permit may exist (the limiter
+        # makes them with object.__new__).
+        raise TypeError(MSG_DUAL_PERMIT_NOT_CONSTRUCTIBLE)
+
     def __init__(self, *args: object, **kwargs: object) -> None:
-        raise TypeError("pylimiter: permits are created by a limiter")
+        raise TypeError(MSG_DUAL_PERMIT_NOT_CONSTRUCTIBLE)
 
     @classmethod
     def _new(cls, limiter: DualMemoryLimiterBase, permit: SemaphorePermit,
@@ -62,32 +83,98 @@ class DualMemoryPermit:
                 f"permits={self._permit.permits}>")
 
 
-class _DualRequest(ReleasingRequest[DualMemoryPermit]):
-    """Awaitable (once) and async context manager around a semaphore request."""
+class _DualRequest(NoCopy, ReleasingRequest[DualMemoryPermit]):
+    """Awaitable (once) and async context manager around a semaphore
+    request; a coroutine too (``asyncio.create_task(limiter.acquire(...))``),
+    as the semaphores' requests are."""
 
-    __slots__ = ("_inner", "_limit_type", "_limiter", "_result", "_wrapper")
+    __slots__ = ("_gen", "_inner", "_limit_type", "_limiter", "_result", "_stage",
+                 "_wrapper")
 
-    def __init__(self, inner: _Request, limiter: DualMemoryLimiterBase,
-                 limit_type: LimitType, wrapper: DualMemoryPermit | None) -> None:
+    _inner: _Request
+    _limiter: DualMemoryLimiterBase
+    _limit_type: LimitType
+    _wrapper: DualMemoryPermit | None
+    _result: DualMemoryPermit | None
+    _gen: Generator[Any, None, DualMemoryPermit] | None
+    _stage: int
+
+    def __new__(cls, *args: object, **kwargs: object) -> _DualRequest:
+        raise TypeError(MSG_REQUEST_NOT_CONSTRUCTIBLE)
+
+    @classmethod
+    def _new(cls, inner: _Request, limiter: DualMemoryLimiterBase,
+             limit_type: LimitType, wrapper: DualMemoryPermit | None) -> _DualRequest:
+        self = object.__new__(cls)
         self._inner = inner
         self._limiter = limiter
         self._limit_type = limit_type
         self._wrapper = wrapper
-        self._result: DualMemoryPermit | None = None
+        self._result = None
+        self._gen = None
+        self._stage = 0
+        return self
 
     def __await__(self) -> Generator[Any, None, DualMemoryPermit]:
-        permit = yield from self._inner.__await__()
-        if self._wrapper is None:
-            self._wrapper = DualMemoryPermit._new(self._limiter, permit,
-                                                  self._limit_type)
-        self._result = self._wrapper
-        return self._wrapper
+        if self._stage:
+            raise RuntimeError(MSG_ALREADY_AWAITED)
+        self._stage = 1
+        g = self._gen = self._run()
+        return g
+
+    def _run(self) -> Generator[Any, None, DualMemoryPermit]:
+        try:
+            permit = yield from self._inner.__await__()
+        finally:
+            self._stage = 2
+        wrapper = self._wrapper
+        if wrapper is None:
+            wrapper = self._wrapper = DualMemoryPermit._new(self._limiter, permit,
+                                                            self._limit_type)
+        self._result = wrapper
+        return wrapper
+
+    # ---- the coroutine protocol (as the semaphores' requests) ------------
+
+    def send(self, value: object) -> Any:
+        """Coroutine protocol: advance the request."""
+        if self._stage == 2:
+            raise RuntimeError(MSG_REUSED)
+        g = self._gen
+        if g is None:
+            self._stage = 1
+            g = self._gen = self._run()
+        return g.send(None)
+
+    def throw(self, typ: Any, val: Any = None, tb: Any = None) -> Any:
+        """Coroutine protocol: the awaiting task is cancelled or interrupted."""
+        g = self._gen
+        self._stage = 2
+        try:
+            exc = thrown_exception(typ, val, tb)
+        except BaseException:
+            if g is not None:
+                g.close()
+            raise
+        if g is None:
+            self._inner.close()   # never awaited: it never will be
+            raise exc
+        return g.throw(exc)
+
+    def close(self) -> None:
+        """Coroutine protocol: the awaiting coroutine is closed."""
+        g = self._gen
+        self._stage = 2
+        if g is not None:
+            g.close()
+        else:
+            self._inner.close()
 
     def _release_result(self, permit: DualMemoryPermit) -> None:
         self._limiter.release(permit)
 
 
-class DualMemoryLimiterBase:
+class DualMemoryLimiterBase(NoCopy):
     """Separate heap and direct memory limits with FIFO queueing per pool.
 
     Each pool is an AsyncSemaphore counting bytes: ``max_*_bytes <= 0``
@@ -97,27 +184,44 @@ class DualMemoryLimiterBase:
 
     _semaphore_class: type[AsyncSemaphore]
 
+    def __new__(cls, *args: Any, **kwargs: Any) -> DualMemoryLimiterBase:
+        # Not ready until __init__ has run: a limiter made by __new__ alone
+        # refuses every call (an instance attribute: reads stay fast).
+        self = super().__new__(cls)
+        self._ready = False
+        return self
+
     def __init__(self, max_heap_bytes: int, max_direct_bytes: int, *,
                  heap_max_queue_size: int = 10000,
                  direct_max_queue_size: int = 10000,
                  heap_timeout: float | None = 25.0,
                  direct_timeout: float | None = 25.0) -> None:
         cls = self._semaphore_class
-        self._limiters = {
+        limiters = {
             LimitType.HEAP_MEMORY: cls(max_heap_bytes, heap_max_queue_size,
                                        heap_timeout),
             LimitType.DIRECT_MEMORY: cls(max_direct_bytes, direct_max_queue_size,
                                          direct_timeout),
         }
+        if getattr(self, "_ready", False):
+            # A second __init__ would forget what is held and queued.
+            raise reinit_error(self)
+        self._limiters = limiters
+        self._ready = True
+
+    @property
+    def _pools(self) -> dict[LimitType, AsyncSemaphore]:
+        if not self._ready:
+            raise uninitialised_error(self)
+        return self._limiters
 
     def get_limiter(self, limit_type: LimitType) -> AsyncSemaphore:
         """The AsyncSemaphore behind one pool."""
-        try:
-            return self._limiters[limit_type]
-        except (KeyError, TypeError):
+        # By type, not by lookup: a hostile __hash__/__eq__ never runs.
+        if type(limit_type) is not LimitType:
             raise TypeError(
-                f"pylimiter: limit_type must be a LimitType, not {limit_type!r}"
-            ) from None
+                f"pylimiter: limit_type must be a LimitType, not {type(limit_type).__name__}")
+        return self._pools[limit_type]
 
     def _unwrap(self, permit: object) -> DualMemoryPermit:
         if type(permit) is not DualMemoryPermit:
@@ -134,7 +238,7 @@ class DualMemoryLimiterBase:
         """Awaitable of a DualMemoryPermit holding ``size`` bytes of one pool."""
         sem = self.get_limiter(limit_type)
         inner = sem.acquire(size, timeout=timeout, is_cancelled=is_cancelled)
-        return _DualRequest(inner, self, limit_type, None)
+        return _DualRequest._new(inner, self, limit_type, None)
 
     def acquire_blocking(self, size: int, limit_type: LimitType, *,
                          timeout: float | None = TIMEOUT_NOT_GIVEN,
@@ -152,7 +256,7 @@ class DualMemoryLimiterBase:
         sem = self._limiters[p._limit_type]
         inner = sem.update(p._permit, new_size, timeout=timeout,
                            is_cancelled=is_cancelled)
-        return _DualRequest(inner, self, p._limit_type, p)
+        return _DualRequest._new(inner, self, p._limit_type, p)
 
     def update_blocking(self, permit: DualMemoryPermit, new_size: int, *,
                         timeout: float | None = TIMEOUT_NOT_GIVEN,
@@ -170,14 +274,16 @@ class DualMemoryLimiterBase:
 
     def close(self) -> None:
         """Close both pools."""
-        for sem in self._limiters.values():
+        for sem in self._pools.values():
             sem.close()
 
     def stats(self) -> dict[LimitType, SemaphoreStats]:
         """One SemaphoreStats per pool."""
-        return {t: sem.stats() for t, sem in self._limiters.items()}
+        return {t: sem.stats() for t, sem in self._pools.items()}
 
     def __repr__(self) -> str:
+        if not getattr(self, "_ready", False):
+            return uninitialised_repr(self)
         h = self._limiters[LimitType.HEAP_MEMORY]
         d = self._limiters[LimitType.DIRECT_MEMORY]
         return (f"<AsyncDualMemoryLimiter heap={h.acquired_permits}/{h.max_permits} "

@@ -8,6 +8,7 @@ __all__ = [
     "PermitAcquireQueueFullError",
     "PermitAcquireAlreadyClosedError",
     "PermitAcquireCancelledError",
+    "PermitOverflowError",
 ]
 
 
@@ -29,3 +30,9 @@ class PermitAcquireAlreadyClosedError(PermitAcquireError):
 
 class PermitAcquireCancelledError(PermitAcquireError):
     """The request's is_cancelled callable returned true (or raised)."""
+
+
+class PermitOverflowError(OverflowError, ValueError):
+    """More permits than the core can count: a request above MAX_PERMITS on
+    an unbounded semaphore, or one that would hold more than MAX_ACQUIRED at
+    once.  An OverflowError (as before) and a ValueError (a bad argument)."""

@@ -1,4 +1,4 @@
-# cython: language_level=3, embedsignature=True, binding=False
+# cython: language_level=3, embedsignature=True, binding=False, auto_pickle=False
 """C implementation of pylimiter: thin Cython bindings over csrc/.
 
 The core (csrc/plim_sem.c) owns the counter and the FIFO queue; this module
@@ -27,6 +27,17 @@ owns the Python objects and does the waking.  Rules that keep it sound:
 * binding=False: methods are plain C methods (as in a hand-written
   extension), so a call, or `async with`'s lookup of __aenter__/__aexit__,
   goes through no function-object layer.
+* Misuse never reaches C with a bad pointer (issue 18): permits, requests
+  and loop states cannot be made from Python (their tp_new refuses; the
+  binding calls Cython's own directly); a semaphore made by __new__ alone
+  refuses every call until __init__ has run; nothing is copied or pickled
+  (auto_pickle off, and __reduce_ex__/__copy__/__deepcopy__ refuse); no
+  deallocator runs Python code before its object has left the GC (see
+  _plim_binding.h).
+* A user callback (is_cancelled, a done-callback) that raises anything,
+  KeyboardInterrupt included, never leaves a grant undelivered or the queue
+  stopped: each loop over waiters finishes its work and raises the first
+  such exception afterwards (``pending``).
 
 The semantics are those of _limiter_py.py, the executable specification,
 which has the same waiters, batches and timers in Python.
@@ -34,9 +45,11 @@ which has the same waiters, batches and timers in Python.
 
 cimport cython
 from cpython.ref cimport PyObject, Py_INCREF, Py_DECREF
-from libc.stdint cimport int64_t, uint64_t
+from cpython.exc cimport PyErr_SetObject
+from libc.stdint cimport int64_t, uint64_t, INT64_MAX
 
 import asyncio as _asyncio
+import contextvars as _contextvars
 import heapq as _heapq
 import sys
 
@@ -118,10 +131,11 @@ cdef extern from "_plim_binding.h":
     int plim_install_done(PyObject *tp) except -1
     int plim_install_deallocs(PyObject *permit_type, Py_ssize_t count_offset,
                               Py_ssize_t sem_offset,
-                              void (*leaked)(PyObject *, int64_t) noexcept,
+                              int (*leaked)(PyObject *, int64_t) except -1,
                               PyObject *request_type, Py_ssize_t result_offset,
                               Py_ssize_t lock_offset, void (*give_lock)(void *) noexcept) except -1
     void plim_leak_check(PyObject *permit_type, int on)
+    int plim_forbid_new(object type, object msg) except -1
 
 cdef extern from "Python.h":
     ctypedef long long PY_TIMEOUT_T
@@ -169,6 +183,7 @@ cdef bint _LOOKUP_IS_SLOW = sys.version_info < (3, 12)
 cdef object _BaseEventLoop = _asyncio.BaseEventLoop
 cdef object _CancelledError = _asyncio.CancelledError
 cdef object _InvalidStateError = _asyncio.InvalidStateError
+cdef object _Context = _contextvars.Context
 cdef object _heappush = _heapq.heappush
 cdef object _heappop = _heapq.heappop
 cdef object _MSG_TIMED_OUT = contract.MSG_TIMED_OUT
@@ -177,7 +192,7 @@ for _i, _b in enumerate(contract.WAIT_BUCKETS):
     _BOUNDS[_i] = _b
 
 # Deadlines further out than this (about 31 years) are treated as this far.
-cdef double _MAX_TIMEOUT_S = 1e9
+cdef double _MAX_TIMEOUT_S = contract.MAX_TIMEOUT_S
 
 
 cdef inline int _bucket(double seconds) noexcept:
@@ -261,15 +276,27 @@ cdef class SemaphorePermit:
     def __repr__(self):
         return f"<SemaphorePermit permits={self._permits}>"
 
+    # A copy would be a second live permit for the same permits.
+    def __copy__(self):
+        raise contract.no_copy_error(self)
 
-cdef void _warn_leaked(PyObject *sem, int64_t n) noexcept:
-    # From the permit's deallocator (plim_permit_dealloc): nothing may
-    # escape, and the dying permit is not handed to the warning machinery
-    # (it could keep a reference); its semaphore names it.
-    try:
-        contract.warn_leaked_permit(<object>sem, n)
-    except BaseException:
-        PyErr_WriteUnraisable(<object>sem)
+    def __deepcopy__(self, memo):
+        raise contract.no_copy_error(self)
+
+    def __reduce__(self):
+        raise contract.no_copy_error(self)
+
+    def __reduce_ex__(self, protocol):
+        raise contract.no_copy_error(self)
+
+
+cdef int _warn_leaked(PyObject *sem, int64_t n) except -1:
+    # From the permit's deallocator (plim_permit_dealloc), after the permit
+    # is gone: it gets the semaphore, which names it in the message.  An
+    # exception (-W error) is left set for the hook, which reports it as
+    # unraisable (PyErr_WriteUnraisable needs it set: Py_DEBUG asserts so).
+    contract.warn_leaked_permit(<object>sem, n)
+    return 0
 
 
 cdef inline SemaphorePermit _new_permit(AsyncSemaphore sem, int64_t n):
@@ -367,18 +394,24 @@ cdef class _LoopState:
             self.sem._drop_batch(self)
 
     def run(self):
-        """The batch runner: deliver each outcome in FIFO order."""
-        cdef Py_ssize_t i
-        cdef _Request w
+        """The batch runner: deliver each outcome in FIFO order.  A
+        callback's exception goes to the loop's exception handler and the
+        request's other callbacks still run; SystemExit/KeyboardInterrupt
+        (from a callback or the handler) propagate at once, as from any
+        asyncio callback, and what is left of the batch runs next time."""
+        cdef Py_ssize_t i = 0
+        cdef _Request w = None
         batch = self.batch
         self.batch = None
-        if batch is not None:
-            for i in range(len(batch)):
+        if batch is None:
+            self.tidy()
+            return
+        try:
+            while i < len(batch):
                 w = <_Request>batch[i]
                 try:
                     w._fire()
                 except (SystemExit, KeyboardInterrupt):
-                    self.sem._repost(self, batch[i + 1:])
                     raise
                 except BaseException as exc:
                     self.loop.call_exception_handler({
@@ -386,6 +419,11 @@ cdef class _LoopState:
                         "exception": exc,
                         "future": w,
                     })
+                    continue   # the same request: its remaining callbacks
+                i += 1
+        except BaseException:
+            self.sem._repost(self, batch[i:] if w.has_callbacks() else batch[i + 1:])
+            raise
         self.tidy()
 
     cdef add_deadline(self, _Request w):
@@ -432,8 +470,12 @@ cdef class _LoopState:
                 if w.node.state == PLIM_W_QUEUED:
                     expired.append(w)
             expired.sort(key=_deadline_key)   # stable: arrival order on ties
+        pending = None
         if expired:
-            self.sem._expire(expired)
+            try:
+                self.sem._expire(expired)
+            except BaseException as exc:   # a check's; every one expired
+                pending = exc
         self.prune()
         dl = self.dl   # prune may have started a fresh list
         if self.dl_head < len(dl):
@@ -444,6 +486,17 @@ cdef class _LoopState:
         elif late:
             self.arm(late[0][0])
         self.tidy()
+        if pending is not None:
+            raise pending
+
+    def __reduce_ex__(self, protocol):
+        raise contract.no_copy_error(self)
+
+    def __copy__(self):
+        raise contract.no_copy_error(self)
+
+    def __deepcopy__(self, memo):
+        raise contract.no_copy_error(self)
 
     cdef prune(self):
         """Drop deadlines of waiters that already left the queue."""
@@ -574,12 +627,17 @@ cdef class _Request:
     def _loop(self):
         """The event loop the waiting task runs on.  An attribute, not
         get_loop(): asyncio falls back to it, and reading it allocates no
-        bound method per parked task."""
+        bound method per parked task.  None while the request is not (and
+        never was) queued for a loop."""
+        if self.ls is None:
+            return None
         return self.ls.loop
 
     def add_done_callback(self, fn, *, context=None):
         """Call ``fn(self)`` (in ``context``) when the outcome is delivered."""
-        if self.fired:
+        if not callable(fn) or (context is not None and type(context) is not _Context):
+            contract.check_done_callback(fn, context)   # raises TypeError
+        if self.fired and self.ls is not None:
             self.ls.loop.call_soon(fn, self, context=context)
         elif self.cb is None and self.more_cbs is None:
             self.cb = fn
@@ -592,12 +650,12 @@ cdef class _Request:
     def remove_done_callback(self, fn):
         """Remove every registration of ``fn``; return how many there were."""
         cdef int removed = 0
-        if self.cb is not None and self.cb == fn:
+        if self.cb is not None and contract.same_callback(self.cb, fn):
             self.cb = None
             self.ctx = None
             removed += 1
         if self.more_cbs is not None:
-            kept = [(f, c) for f, c in self.more_cbs if f != fn]
+            kept = [(f, c) for f, c in self.more_cbs if not contract.same_callback(f, fn)]
             removed += len(self.more_cbs) - len(kept)
             self.more_cbs = kept
         return removed
@@ -631,23 +689,42 @@ cdef class _Request:
         return self.ls.sem._cancel_waiter(self, msg)
 
     cdef _fire(self):
+        """Run the done-callbacks in order, each taken off the request just
+        before it runs: if one raises, the others are still here to run."""
         self.fired = True
-        cb = self.cb
-        ctx = self.ctx
-        more = self.more_cbs
-        self.cb = None
-        self.ctx = None
-        self.more_cbs = None
-        if cb is not None:
-            _call_in(ctx, cb, self)
-        if more is not None:
-            for fn, c in more:
-                _call_in(c, fn, self)
+        while True:
+            if self.cb is not None:
+                fn = self.cb
+                ctx = self.ctx
+                self.cb = None
+                self.ctx = None
+            elif self.more_cbs:
+                fn, ctx = self.more_cbs.pop(0)
+            else:
+                self.more_cbs = None
+                return
+            _call_in(ctx, fn, self)
+
+    cdef bint has_callbacks(self):
+        return self.cb is not None or bool(self.more_cbs)
 
     def __repr__(self):
         state = ("cancelled" if self.is_cancelled else "done" if self.posted
                  else "queued" if self._stage == STAGE_WAITING else "not queued")
         return f"<pylimiter request permits={self._n} {state}>"
+
+    # A copy would be a second request for the same queue slot and permit.
+    def __copy__(self):
+        raise contract.no_copy_error(self)
+
+    def __deepcopy__(self, memo):
+        raise contract.no_copy_error(self)
+
+    def __reduce__(self):
+        raise contract.no_copy_error(self)
+
+    def __reduce_ex__(self, protocol):
+        raise contract.no_copy_error(self)
 
     def __await__(self):
         if self._stage != STAGE_CREATED:
@@ -676,17 +753,7 @@ cdef class _Request:
         A queued request leaves the queue; a grant that raced with it goes
         back; the exception propagates."""
         self._stop_waiting()
-        if isinstance(typ, BaseException):
-            exc = typ
-        elif isinstance(val, BaseException):
-            exc = val
-        elif val is None:
-            exc = typ()
-        else:
-            exc = typ(val)
-        if tb is not None:
-            exc = exc.with_traceback(tb)
-        raise exc
+        raise contract.thrown_exception(typ, val, tb)
 
     def close(self):
         """Coroutine protocol: the awaiting coroutine is closed."""
@@ -723,7 +790,13 @@ cdef class _Request:
                     self._stage = STAGE_DONE
                     status[0] = PLIM_STEP_RETURN
                     return self._granted(_new_permit(sem, self._n))
-            r = sem._begin(self, self.permit, self._n, self._timeout, self.check)
+            try:
+                r = sem._begin(self, self.permit, self._n, self._timeout, self.check)
+            except BaseException:
+                # is_cancelled raised (KeyboardInterrupt...), or a shrink's
+                # settle did after the shrink: not queued, and never will be.
+                self._stage = STAGE_DONE
+                raise
             if r is self:
                 if self._timeout is not None:
                     t = self._timeout
@@ -752,7 +825,7 @@ cdef class _Request:
                 return PermitAcquireTimeoutError(_MSG_TIMED_OUT)
             return contract.left_queue_error(self.node.state, self.node.total, self.limit,
                                              self.cause)
-        raise RuntimeError("pylimiter: cannot reuse an already awaited request")
+        raise RuntimeError(contract.MSG_REUSED)
 
     def __aenter__(self):
         return self
@@ -818,7 +891,8 @@ cdef class AsyncSemaphore:
     def __init__(self, max_permits, max_queue_size=10000, timeout=25.0):
         max_permits, max_queue_size = contract.check_limits(max_permits, max_queue_size)
         if self._ready:
-            raise RuntimeError("pylimiter: AsyncSemaphore is already initialised")
+            # A second __init__ would forget what is held and queued.
+            raise contract.reinit_error(self)
         self._timeout = contract.check_timeout(timeout, None)
         mq = max(min(max_queue_size, 2**62), -1)
         mp = max(max_permits, -1)
@@ -835,17 +909,39 @@ cdef class AsyncSemaphore:
         if self._ready:
             plim_sem_destroy(&self._sem)
 
+    cdef inline int _ok(self) except -1:
+        # Made by __new__ alone (or a subclass that skipped __init__): the
+        # core struct is zeroes, whose counter would read 2**60 held.
+        if not self._ready:
+            raise contract.uninitialised_error(self)
+        return 0
+
+    # A copy would share (or, deep, fork) the core's counter and queue.
+    def __copy__(self):
+        raise contract.no_copy_error(self)
+
+    def __deepcopy__(self, memo):
+        raise contract.no_copy_error(self)
+
+    def __reduce__(self):
+        raise contract.no_copy_error(self)
+
+    def __reduce_ex__(self, protocol):
+        raise contract.no_copy_error(self)
+
     # ---- properties --------------------------------------------------------
 
     @property
     def max_permits(self):
         """The limit last set (<= 0: unbounded)."""
+        self._ok()
         return self._max_cfg
 
     @property
     def available_permits(self):
         """max_permits - acquired_permits (negative after lowering the limit);
         ``2**63 - 1`` when unbounded."""
+        self._ok()
         if self._bounded:
             return plim_available(&self._sem)
         return contract.UNBOUNDED_AVAILABLE
@@ -853,33 +949,40 @@ cdef class AsyncSemaphore:
     @property
     def acquired_permits(self):
         """Permits held now (granted and not released)."""
+        self._ok()
         return plim_acquired(&self._sem)
 
     @property
     def queue_size(self):
         """Requests waiting in the queue."""
+        self._ok()
         return plim_queue_len(&self._sem)
 
     @property
     def max_queue_size(self):
         """The configured queue bound (<= 0: unbounded)."""
+        self._ok()
         return self._max_queue_cfg
 
     @property
     def closed(self):
         """True after close()."""
+        self._ok()
         return plim_closed(&self._sem) != 0
 
     def locked(self):
         """True when ``acquire(1)`` could not be granted at once: fewer than
         one permit is available, requests are queued (no barging), or the
         semaphore is closed.  As asyncio.Semaphore.locked(); a snapshot."""
+        self._ok()
         if plim_closed(&self._sem):
             return True
         return self._bounded and (plim_queue_len(&self._sem) > 0
                                   or plim_available(&self._sem) < 1)
 
     def __repr__(self):
+        if not self._ready:
+            return contract.uninitialised_repr(self)
         return (
             f"<AsyncSemaphore max_permits={self._max_cfg} "
             f"acquired={plim_acquired(&self._sem)} "
@@ -919,6 +1022,7 @@ cdef class AsyncSemaphore:
         PermitAcquireAlreadyClosedError or PermitAcquireCancelledError.
         ``async with sem.acquire(n) as p:`` releases p on exit.
         """
+        self._ok()
         cdef int64_t n = self._check_n(permits)
         t = self._resolve_timeout(timeout)
         if is_cancelled is not None:
@@ -941,6 +1045,7 @@ cdef class AsyncSemaphore:
     def acquire_blocking(self, permits=1, *, timeout=TIMEOUT_NOT_GIVEN, is_cancelled=None):
         """Blocking twin of ``acquire`` for threads; the GIL is released while
         waiting."""
+        self._ok()
         cdef int64_t n = self._check_n(permits)
         t = self._resolve_timeout(timeout)
         if is_cancelled is None:
@@ -964,6 +1069,7 @@ cdef class AsyncSemaphore:
     def try_acquire(self, permits=1):
         """Take ``permits`` now if they fit and nobody queues; else None.
         Never waits and never overtakes queued requests."""
+        self._ok()
         cdef int64_t n = self._check_n(permits)
         cdef int rc = plim_try_acquire(&self._sem, n)
         if rc == PLIM_OK:
@@ -1000,12 +1106,14 @@ cdef class AsyncSemaphore:
 
     def __aenter__(self):
         """``async with sem:`` takes one permit (as asyncio.Semaphore)."""
+        self._ok()
         cdef _Request r = _new_request(self, None, 1, self._timeout, None)
         r._anon = True
         return r
 
     def __aexit__(self, exc_type, exc, tb):
         cdef plim_batch_t b
+        self._ok()
         if self._anon <= 0:
             raise RuntimeError(contract.MSG_ANON_EXIT)
         self._anon -= 1
@@ -1019,6 +1127,7 @@ cdef class AsyncSemaphore:
         """Close (idempotent): queued requests fail with
         PermitAcquireAlreadyClosedError, and so do later acquires."""
         cdef plim_batch_t b
+        self._ok()
         plim_batch_init(&b)
         plim_close(&self._sem, &b)
         self._settle(&b)
@@ -1032,6 +1141,7 @@ cdef class AsyncSemaphore:
         request is granted at once."""
         cdef plim_batch_t b
         m = contract.check_new_max(max_permits)
+        self._ok()
         plim_batch_init(&b)
         plim_set_max(&self._sem, max(m, -1), &b)
         self._bounded = m > 0
@@ -1040,6 +1150,7 @@ cdef class AsyncSemaphore:
 
     def stats(self):
         """A snapshot of gauges, counters and the wait-time histogram."""
+        self._ok()
         counts = [self._wait_counts[i] for i in range(NBUCKETS)]
         return SemaphoreStats(
             max_permits=self.max_permits,
@@ -1089,13 +1200,22 @@ cdef class AsyncSemaphore:
 
     cdef _settle(self, plim_batch_t *b):
         """Apply a batch, answer pending checks with no lock held, then wake
-        every waiter that left the queue."""
+        every waiter that left the queue.  A check that raises something
+        other than an Exception (KeyboardInterrupt, SystemExit...) counts
+        as cancelled too, so the queue moves on; that exception is raised
+        once every waiter is woken."""
         cdef _Request w
         cdef plim_waiter_t *node
+        pending = None
         self._apply(b)
         while b.check != NULL:
             w = <_Request>_waiter_ptr(b.check)   # our reference keeps it alive
-            cancelled, cause = contract.ask_cancelled(w.check)
+            try:
+                cancelled, cause = contract.ask_cancelled(w.check)
+            except BaseException as exc:
+                cancelled, cause = True, exc
+                if pending is None:
+                    pending = exc
             if cancelled:
                 w.cause = cause
             plim_resume(&self._sem, &w.node, cancelled, b)
@@ -1106,9 +1226,15 @@ cdef class AsyncSemaphore:
             Py_DECREF(w)   # the queue's reference; `w` holds one now
             if w.blocking:
                 PyThread_release_lock(w.lock)
-            else:
-                self._post(w)
+            elif not w.posted:
+                try:
+                    self._post(w)
+                except BaseException as exc:   # a revert's check (closed loop)
+                    if pending is None:
+                        pending = exc
             node = plim_batch_pop(b)
+        if pending is not None:
+            raise pending
 
     cdef _post(self, _Request w):
         """Append w to its loop's wake batch; start the batch if it is the
@@ -1140,10 +1266,17 @@ cdef class AsyncSemaphore:
         and forget the loop if nothing of it is left."""
         batch = ls.batch
         ls.batch = None
+        pending = None
         if batch is not None:
             for w in batch:
-                self._revert(<_Request>w)
+                try:
+                    self._revert(<_Request>w)
+                except BaseException as exc:   # a check's, after the revert
+                    if pending is None:
+                        pending = exc
         ls.tidy()
+        if pending is not None:
+            raise pending
 
     cdef _give_back(self, _Request w):
         """Return a grant that its requester will never take."""
@@ -1178,9 +1311,11 @@ cdef class AsyncSemaphore:
             else:
                 self._cancelled_total += 1
             Py_DECREF(w)   # the queue's reference; the caller still holds one
-            if post:
-                self._post(w)
-            self._settle(&b)
+            try:
+                if post:
+                    self._post(w)
+            finally:
+                self._settle(&b)
         elif w.node.state == PLIM_W_GRANTED and not timed_out and not w.reverted:
             self._cancelled_total += 1
             self._give_back(w)
@@ -1188,16 +1323,25 @@ cdef class AsyncSemaphore:
     cdef _cancel_waiter(self, _Request w, object msg):
         if w.posted:
             return False
-        self._abandon(w, False, False)
-        w.is_cancelled = True
-        w.cause = msg
-        self._post(w)
+        try:
+            self._abandon(w, False, False)
+        finally:   # the task is woken whatever a check raised meanwhile
+            w.is_cancelled = True
+            w.cause = msg
+            self._post(w)
         return True
 
     cdef _expire(self, list expired):
         """The loop's timer: these waiters' deadlines have passed."""
+        pending = None
         for w in expired:
-            self._abandon(<_Request>w, True, True)
+            try:
+                self._abandon(<_Request>w, True, True)
+            except BaseException as exc:   # a check's; the others expire too
+                if pending is None:
+                    pending = exc
+        if pending is not None:
+            raise pending
 
     cdef _LoopState _loop_state(self, object loop):
         cdef _LoopState ls = self._ls
@@ -1205,7 +1349,7 @@ cdef class AsyncSemaphore:
             return ls
         ls = self._loops.get(loop)
         if ls is None:
-            ls = _LoopState(self, loop)
+            ls = _LoopState.__new__(_LoopState, self, loop)
             self._loops[loop] = ls
         self._ls = ls
         return ls
@@ -1302,6 +1446,8 @@ cdef class AsyncSemaphore:
         cdef int rc
         cdef PY_TIMEOUT_T us
         cdef int64_t deadline = 0
+        cdef int64_t now
+        cdef double t
         w.blocking = True
         r = self._begin(w, permit, n, timeout, is_cancelled)
         if r is not w:
@@ -1311,8 +1457,13 @@ cdef class AsyncSemaphore:
         if timeout is None:
             us = -1
         else:
-            us = <PY_TIMEOUT_T>min(<double>timeout * 1e6, <double>PY_TIMEOUT_MAX)
-            deadline = plim_monotonic_ns() + us * 1000
+            # Saturating, in integers: (double)PY_TIMEOUT_MAX rounds up past
+            # it, and us * 1000 overflowed int64 for inf (UBSan), which made
+            # a wait resumed after a signal time out at once.
+            t = <double>timeout * 1e6
+            us = PY_TIMEOUT_MAX if t >= <double>PY_TIMEOUT_MAX else <PY_TIMEOUT_T>t
+            now = plim_monotonic_ns()
+            deadline = INT64_MAX if us >= (INT64_MAX - now) // 1000 else now + us * 1000
         while True:
             with nogil:
                 rc = PyThread_acquire_lock_timed(w.lock, us, 1)
@@ -1322,18 +1473,22 @@ cdef class AsyncSemaphore:
                 try:
                     PyErr_CheckSignals()
                 except BaseException:
-                    self._abandon(w, False, False)
-                    if w.node.state != PLIM_W_REMOVED:
-                        with nogil:   # its wake-up is on the way: wait it out
-                            PyThread_acquire_lock_timed(w.lock, -1, 0)
+                    try:
+                        self._abandon(w, False, False)
+                    finally:
+                        if w.node.state != PLIM_W_REMOVED:
+                            with nogil:   # its wake-up is on the way: wait it out
+                                PyThread_acquire_lock_timed(w.lock, -1, 0)
                     raise
                 if timeout is not None:
                     us = max(<PY_TIMEOUT_T>0, (deadline - plim_monotonic_ns()) // 1000)
                 continue
-            self._abandon(w, True, False)
-            if w.node.state != PLIM_W_REMOVED:
-                with nogil:
-                    PyThread_acquire_lock_timed(w.lock, -1, 0)
+            try:
+                self._abandon(w, True, False)
+            finally:
+                if w.node.state != PLIM_W_REMOVED:
+                    with nogil:
+                        PyThread_acquire_lock_timed(w.lock, -1, 0)
             break
         if w.node.state == PLIM_W_GRANTED:
             return w.permit
@@ -1375,6 +1530,10 @@ cdef _install_deallocs():
 
 
 _install_deallocs()
+# Last: every object the module needed to make at import is made.
+plim_forbid_new(SemaphorePermit, contract.MSG_PERMIT_NOT_CONSTRUCTIBLE)
+plim_forbid_new(_Request, contract.MSG_REQUEST_NOT_CONSTRUCTIBLE)
+plim_forbid_new(_LoopState, contract.MSG_INTERNAL_NOT_CONSTRUCTIBLE.format("_LoopState"))
 
 
 def _leak_check(bint on):

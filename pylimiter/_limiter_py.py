@@ -22,6 +22,7 @@ holds the two side by side.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import heapq
 import threading
 import time
@@ -34,9 +35,13 @@ from ._common import (
     DONE,
     MAX_ACQUIRED,
     MAX_PERMITS,
+    MAX_TIMEOUT_S,
     MSG_ALREADY_AWAITED,
     MSG_ANON_EXIT,
+    MSG_INTERNAL_NOT_CONSTRUCTIBLE,
     MSG_PERMIT_NOT_CONSTRUCTIBLE,
+    MSG_REQUEST_NOT_CONSTRUCTIBLE,
+    MSG_REUSED,
     MSG_UPDATE_IN_PROGRESS,
     MSG_WAKE_CALLBACK_FAILED,
     TIMEOUT_NOT_GIVEN,
@@ -50,11 +55,13 @@ from ._common import (
     W_TOO_LARGE,
     WAIT_BUCKETS,
     LimitType,
+    NoCopy,
     ReleasingRequest,
     SemaphoreStats,
     ask_cancelled,
     bucket_index,
     cancelled_error,
+    check_done_callback,
     check_is_cancelled,
     check_limits,
     check_new_max,
@@ -67,8 +74,13 @@ from ._common import (
     overflow_error,
     permit_error,
     queue_full_error,
+    reinit_error,
+    same_callback,
+    thrown_exception,
     timeout_zero_error,
     too_large_error,
+    uninitialised_error,
+    uninitialised_repr,
     warn_leaked_permit,
 )
 from ._dual import DualMemoryLimiterBase, DualMemoryPermit
@@ -83,9 +95,13 @@ __all__ = [
 
 _get_ident = threading.get_ident
 _monotonic = time.monotonic
+#: A blocking wait longer than this (about 292 years) waits this long, as
+#: the C twin's PY_TIMEOUT_MAX: Lock.acquire refuses anything longer.
+_LOCK_TIMEOUT_MAX = threading.TIMEOUT_MAX
 # asyncio's C accelerated lookup: the loop running in this thread, or None.
 _get_running_loop = asyncio.events._get_running_loop
 _new = object.__new__
+_Context = contextvars.Context
 _heappush = heapq.heappush
 _heappop = heapq.heappop
 
@@ -94,7 +110,7 @@ IsCancelled = Optional[Callable[[], object]]
 _Callback = Callable[[Any], object]
 
 
-class SemaphorePermit:
+class SemaphorePermit(NoCopy):
     """Permits held from one AsyncSemaphore.
 
     ``permits`` is what it holds now; ``update`` changes it in place and
@@ -111,6 +127,9 @@ class SemaphorePermit:
 
     def __new__(cls, *args: object, **kwargs: object) -> SemaphorePermit:
         # Not __init__: no half-made object may reach __del__.
+        raise TypeError(MSG_PERMIT_NOT_CONSTRUCTIBLE)
+
+    def __init__(self, *args: object, **kwargs: object) -> None:
         raise TypeError(MSG_PERMIT_NOT_CONSTRUCTIBLE)
 
     @property
@@ -140,7 +159,7 @@ def _new_permit(sem: AsyncSemaphore, permits: int) -> SemaphorePermit:
     return p
 
 
-class _Waiter:
+class _Waiter(NoCopy):
     """One queued request (the Python twin of plim_waiter_t).
 
     For asyncio it is also what the waiting task parks on: the part of the
@@ -171,7 +190,10 @@ class _Waiter:
         "total",
     )
 
-    def __init__(self, permit: SemaphorePermit, check: IsCancelled) -> None:
+    def __new__(cls, *args: object, **kwargs: object) -> _Waiter:
+        raise TypeError(MSG_INTERNAL_NOT_CONSTRUCTIBLE.format(cls.__name__))
+
+    def _init(self, permit: SemaphorePermit, check: IsCancelled) -> None:
         self.permit: SemaphorePermit | None = permit
         self.need = 0
         self.total = 0
@@ -195,23 +217,26 @@ class _Waiter:
     # ---- the Future protocol, as far as asyncio.Task uses it ----------
 
     @property
-    def _loop(self) -> asyncio.AbstractEventLoop:
+    def _loop(self) -> asyncio.AbstractEventLoop | None:
         """The event loop the waiting task runs on (asyncio's fallback for
-        get_loop(); the C twin allocates nothing to answer it)."""
-        assert self.ls is not None
+        get_loop(); the C twin allocates nothing to answer it).  None for a
+        blocking thread's waiter."""
+        if self.ls is None:
+            return None
         return self.ls.loop
 
     def add_done_callback(self, fn: _Callback, *, context: Any = None) -> None:
         """Call ``fn(self)`` (in ``context``) when the outcome is delivered."""
-        if self.fired:
-            assert self.ls is not None
+        if not callable(fn) or (context is not None and type(context) is not _Context):
+            check_done_callback(fn, context)   # raises TypeError
+        if self.fired and self.ls is not None:
             self.ls.loop.call_soon(fn, self, context=context)
         else:
             self.callbacks.append((fn, context))
 
     def remove_done_callback(self, fn: _Callback) -> int:
         """Remove every registration of ``fn``; return how many there were."""
-        kept = [(f, c) for f, c in self.callbacks if f != fn]
+        kept = [(f, c) for f, c in self.callbacks if not same_callback(f, fn)]
         removed = len(self.callbacks) - len(kept)
         self.callbacks = kept
         return removed
@@ -239,14 +264,17 @@ class _Waiter:
         wake the task with CancelledError.  False once the outcome is
         already decided (the task then cancels itself when it resumes, and a
         grant goes back)."""
-        assert self.ls is not None
+        if self.ls is None:
+            return False
         return self.ls.sem._cancel_waiter(self, msg)
 
     def _fire(self) -> None:
+        """Run the done-callbacks in order, each taken off the waiter just
+        before it runs: if one raises, the others are still here to run."""
         self.fired = True
         callbacks = self.callbacks
-        self.callbacks = []
-        for fn, ctx in callbacks:
+        while callbacks:
+            fn, ctx = callbacks.pop(0)
             if ctx is None:
                 fn(self)
             else:
@@ -258,7 +286,7 @@ class _Waiter:
         return f"<pylimiter waiter need={self.need} {state}>"
 
 
-class _LoopState:
+class _LoopState(NoCopy):
     """What one semaphore keeps per event loop while the loop has waiters:
     the pending wake batch and the one timeout timer.  Dropped when idle.
 
@@ -279,7 +307,10 @@ class _LoopState:
         "timer_at",
     )
 
-    def __init__(self, sem: AsyncSemaphore, loop: asyncio.AbstractEventLoop) -> None:
+    def __new__(cls, *args: object, **kwargs: object) -> _LoopState:
+        raise TypeError(MSG_INTERNAL_NOT_CONSTRUCTIBLE.format(cls.__name__))
+
+    def _init(self, sem: AsyncSemaphore, loop: asyncio.AbstractEventLoop) -> None:
         self.sem = sem
         self.loop = loop
         self.batch: list[_Waiter] | None = None   # None: no runner scheduled
@@ -302,23 +333,37 @@ class _LoopState:
             self.sem._drop_batch(self)
 
     def run(self) -> None:
-        """The batch runner: deliver each outcome in FIFO order."""
+        """The batch runner: deliver each outcome in FIFO order.  A
+        callback's exception goes to the loop's exception handler and the
+        waiter's other callbacks still run; SystemExit/KeyboardInterrupt
+        (from a callback or the handler) propagate at once, as from any
+        asyncio callback, and what is left of the batch runs next time."""
         sem = self.sem
         with sem._lock:
             batch = self.batch
             self.batch = None
-        for i, w in enumerate(batch or ()):
-            try:
-                w._fire()
-            except (SystemExit, KeyboardInterrupt):
-                sem._repost(self, batch[i + 1:])   # type: ignore[index]
-                raise
-            except BaseException as exc:
-                self.loop.call_exception_handler({
-                    "message": MSG_WAKE_CALLBACK_FAILED,
-                    "exception": exc,
-                    "future": w,
-                })
+        if batch is None:
+            self.tidy()
+            return
+        i = 0
+        try:
+            while i < len(batch):
+                w = batch[i]
+                try:
+                    w._fire()
+                except (SystemExit, KeyboardInterrupt):
+                    raise
+                except BaseException as exc:
+                    self.loop.call_exception_handler({
+                        "message": MSG_WAKE_CALLBACK_FAILED,
+                        "exception": exc,
+                        "future": w,
+                    })
+                    continue   # the same waiter: its remaining callbacks
+                i += 1
+        except BaseException:
+            sem._repost(self, batch[i:] if batch[i].callbacks else batch[i + 1:])
+            raise
         self.tidy()
 
     def add_deadline(self, w: _Waiter) -> None:
@@ -359,14 +404,20 @@ class _LoopState:
                 if w.state == W_QUEUED:
                     expired.append(w)
             expired.sort(key=_deadline_of)   # stable: arrival order on ties
+        pending = None
         if expired:
-            self.sem._expire(expired)
+            try:
+                self.sem._expire(expired)
+            except BaseException as exc:   # a check's; every one expired
+                pending = exc
         self.prune()
         earliest = [x for x in (dq[0].deadline if dq else None,
                                 late[0][0] if late else None) if x is not None]
         if earliest:
             self.arm(min(earliest))
         self.tidy()
+        if pending is not None:
+            raise pending
 
     def prune(self) -> None:
         """Drop deadlines of waiters that already left the queue."""
@@ -398,12 +449,18 @@ def _deadline_of(w: _Waiter) -> float:
     return w.deadline
 
 
-class _Request(ReleasingRequest[SemaphorePermit]):
+class _Request(NoCopy, ReleasingRequest[SemaphorePermit]):
     """What ``acquire``/``update`` return: awaitable once (it joins the queue
     when first awaited), and an async context manager that releases the
-    permit on exit."""
+    permit on exit.
+
+    It is also a coroutine (``send``/``throw``/``close``), as the C twin's
+    request is, so ``asyncio.create_task(sem.acquire())`` works.  Stages, as
+    the C twin's: 0 made, 1 awaited or started, 2 done."""
 
     __slots__ = (
+        "_anon",
+        "_gen",
         "_is_cancelled",
         "_n",
         "_permit",
@@ -420,36 +477,97 @@ class _Request(ReleasingRequest[SemaphorePermit]):
     _is_cancelled: IsCancelled
     _stage: int
     _result: SemaphorePermit | None
+    _gen: Generator[Any, None, SemaphorePermit | None] | None
+    _anon: bool
+
+    def __new__(cls, *args: object, **kwargs: object) -> _Request:
+        raise TypeError(MSG_REQUEST_NOT_CONSTRUCTIBLE)
 
     def __await__(self) -> Generator[Any, None, SemaphorePermit]:
         if self._stage:
             raise RuntimeError(MSG_ALREADY_AWAITED)
         self._stage = 1
+        g = self._gen = self._run()
+        return g   # type: ignore[return-value]
+
+    # ---- the coroutine protocol ------------------------------------------
+
+    def send(self, value: object) -> Any:
+        """Coroutine protocol: advance the request."""
+        if self._stage == 2:
+            raise RuntimeError(MSG_REUSED)
+        g = self._gen
+        if g is None:
+            self._stage = 1
+            g = self._gen = self._run()
+        return g.send(None)
+
+    def throw(self, typ: Any, val: Any = None, tb: Any = None) -> Any:
+        """Coroutine protocol: the awaiting task is cancelled or interrupted.
+        A queued request leaves the queue; a grant that raced with it goes
+        back; the exception propagates."""
+        g = self._gen
+        self._stage = 2
+        try:
+            exc = thrown_exception(typ, val, tb)
+        except BaseException:   # not an exception: stop waiting all the same
+            if g is not None:
+                g.close()
+            raise
+        if g is None:
+            raise exc
+        return g.throw(exc)
+
+    def close(self) -> None:
+        """Coroutine protocol: the awaiting coroutine is closed."""
+        g = self._gen
+        self._stage = 2
+        if g is not None:
+            g.close()
+
+    def _run(self) -> Generator[Any, None, SemaphorePermit | None]:
         sem = self._sem
-        if self._permit is None and self._is_cancelled is None:
-            # plim_try_acquire, inline: nobody queues (bounded) and it fits.
-            n = self._n
-            lock = sem._lock
-            lock.acquire()
-            try:
-                avail = sem._avail
-                if not sem._closed and (
-                    (not sem._queue and avail >= n) if sem._bounded
-                    else avail - n >= -MAX_ACQUIRED
-                ):
-                    sem._avail = avail - n
-                    sem._acquired_total += 1
-                    sem._wait_counts[0] += 1
-                    p: SemaphorePermit = _new(SemaphorePermit)
-                    p._sem = sem
-                    p._permits = n
-                    p._pending = None
+        try:
+            if self._permit is None and self._is_cancelled is None:
+                # plim_try_acquire, inline: nobody queues (bounded) and it fits.
+                n = self._n
+                lock = sem._lock
+                lock.acquire()
+                try:
+                    avail = sem._avail
+                    if not sem._closed and (
+                        (not sem._queue and avail >= n) if sem._bounded
+                        else avail - n >= -MAX_ACQUIRED
+                    ):
+                        sem._avail = avail - n
+                        sem._acquired_total += 1
+                        sem._wait_counts[0] += 1
+                        p: SemaphorePermit = _new(SemaphorePermit)
+                        p._sem = sem
+                        p._permits = n
+                        p._pending = None
+                        n = -1
+                finally:
+                    lock.release()
+                if n < 0:
+                    if self._anon:
+                        return self._granted(p)
                     self._result = p
                     return p
-            finally:
-                lock.release()
-        p = yield from sem._acquire_slow(self._permit, self._n, self._timeout,
-                                         self._is_cancelled)
+            p = yield from sem._acquire_slow(self._permit, self._n, self._timeout,
+                                             self._is_cancelled)
+            return self._granted(p)
+        finally:
+            self._stage = 2
+
+    def _granted(self, p: SemaphorePermit) -> SemaphorePermit | None:
+        if self._anon:
+            # `async with sem:`: the semaphore holds the permit.
+            sem = self._sem
+            with sem._lock:
+                sem._anon += p._permits
+                p._permits = 0
+            return None
         self._result = p
         return p
 
@@ -467,27 +585,12 @@ def _new_request(sem: AsyncSemaphore, permit: SemaphorePermit | None, n: int,
     r._is_cancelled = is_cancelled
     r._stage = 0
     r._result = None
+    r._gen = None
+    r._anon = False
     return r
 
 
-class _AnonRequest:
-    """``async with sem:`` entry: one permit held by the semaphore itself (as
-    asyncio.Semaphore does), given back by ``__aexit__``."""
-
-    __slots__ = ("_sem",)
-
-    def __init__(self, sem: AsyncSemaphore) -> None:
-        self._sem = sem
-
-    def __await__(self) -> Generator[Any, None, None]:
-        sem = self._sem
-        p = yield from sem.acquire(1).__await__()
-        with sem._lock:
-            sem._anon += p._permits
-            p._permits = 0
-
-
-class AsyncSemaphore:
+class AsyncSemaphore(NoCopy):
     """A weighted, strictly FIFO semaphore for asyncio tasks and threads.
 
     ``max_permits <= 0`` makes it unbounded (everything is granted at once,
@@ -497,6 +600,18 @@ class AsyncSemaphore:
     ``set_max_permits`` changes the limit live, to or from unbounded too.
     """
 
+    def __new__(cls, *args: Any, **kwargs: Any) -> AsyncSemaphore:
+        # Not ready until __init__ has run to its end: every method and
+        # property of a semaphore made by __new__ alone (or by a subclass
+        # that skips __init__) raises, as the C twin's.  An instance
+        # attribute, not a class one, so attribute reads stay specialised.
+        self = super().__new__(cls)
+        self._ready = False
+        return self
+
+    def _unready(self) -> RuntimeError:
+        return uninitialised_error(self)
+
     def __init__(
         self,
         max_permits: int,
@@ -504,6 +619,9 @@ class AsyncSemaphore:
         timeout: float | None = 25.0,
     ) -> None:
         max_permits, max_queue_size = check_limits(max_permits, max_queue_size)
+        if getattr(self, "_ready", False):
+            # A second __init__ would forget what is held and queued.
+            raise reinit_error(self)
         self._timeout = check_timeout(timeout, None)
         self._max = max_permits
         self._bounded = self._max > 0
@@ -520,47 +638,64 @@ class AsyncSemaphore:
         self._cancelled_total = 0
         self._wait_sum = 0.0
         self._wait_counts = [0] * len(WAIT_BUCKETS)
+        self._ready = True
 
     # ---- properties ---------------------------------------------------
 
     @property
     def max_permits(self) -> int:
         """The limit last set (<= 0: unbounded)."""
+        if not self._ready:
+            raise self._unready()
         return self._max
 
     @property
     def available_permits(self) -> int:
         """max_permits - acquired_permits (negative after lowering the limit);
         ``2**63 - 1`` when unbounded."""
+        if not self._ready:
+            raise self._unready()
         return self._avail if self._bounded else UNBOUNDED_AVAILABLE
 
     @property
     def acquired_permits(self) -> int:
         """Permits held now (granted and not released)."""
+        if not self._ready:
+            raise self._unready()
         return self._max - self._avail if self._bounded else -self._avail
 
     @property
     def queue_size(self) -> int:
         """Requests waiting in the queue."""
+        if not self._ready:
+            raise self._unready()
         return len(self._queue)
 
     @property
     def max_queue_size(self) -> int:
         """The configured queue bound (<= 0: unbounded)."""
+        if not self._ready:
+            raise self._unready()
         return self._max_queue
 
     @property
     def closed(self) -> bool:
         """True after close()."""
+        if not self._ready:
+            raise self._unready()
         return self._closed
 
     def locked(self) -> bool:
         """True when ``acquire(1)`` could not be granted at once: fewer than
         one permit is available, requests are queued (no barging), or the
         semaphore is closed.  As asyncio.Semaphore.locked(); a snapshot."""
+        if not self._ready:
+            raise self._unready()
         return self._closed or (self._bounded and (bool(self._queue) or self._avail < 1))
 
     def __repr__(self) -> str:
+        if not getattr(self, "_ready", False):
+            return uninitialised_repr(self)
         return (
             f"<AsyncSemaphore max_permits={self._max} "
             f"acquired={self.acquired_permits} queued={len(self._queue)}"
@@ -578,6 +713,8 @@ class AsyncSemaphore:
         PermitAcquireAlreadyClosedError or PermitAcquireCancelledError.
         ``async with sem.acquire(n) as p:`` releases p on exit.
         """
+        if not self._ready:
+            raise self._unready()
         if type(permits) is not int or not 0 <= permits <= MAX_PERMITS or (
                 self._bounded and permits > self._max):
             permits = check_permits(permits, self._max, self._bounded)
@@ -608,6 +745,8 @@ class AsyncSemaphore:
                          timeout: float | None = TIMEOUT_NOT_GIVEN,
                          is_cancelled: IsCancelled = None) -> SemaphorePermit:
         """Blocking twin of ``acquire`` for threads."""
+        if not self._ready:
+            raise self._unready()
         n = check_permits(permits, self._max, self._bounded)
         t = check_timeout(timeout, self._timeout)
         check_is_cancelled(is_cancelled)
@@ -626,6 +765,8 @@ class AsyncSemaphore:
     def try_acquire(self, permits: int = 1) -> SemaphorePermit | None:
         """Take ``permits`` now if they fit and nobody queues; else None.
         Never waits and never overtakes queued requests."""
+        if not self._ready:
+            raise self._unready()
         n = check_permits(permits, self._max, self._bounded)
         with self._lock:
             if self._closed:
@@ -671,9 +812,15 @@ class AsyncSemaphore:
     else:
         def __aenter__(self):
             """``async with sem:`` takes one permit (as asyncio.Semaphore)."""
-            return _AnonRequest(self)
+            if not self._ready:
+                raise self._unready()
+            r = _new_request(self, None, 1, self._timeout, None)
+            r._anon = True
+            return r
 
         def __aexit__(self, exc_type, exc, tb):
+            if not self._ready:
+                raise self._unready()
             with self._lock:
                 if self._anon <= 0:
                     raise RuntimeError(MSG_ANON_EXIT)
@@ -684,6 +831,8 @@ class AsyncSemaphore:
     def close(self) -> None:
         """Close (idempotent): queued requests fail with
         PermitAcquireAlreadyClosedError, and so do later acquires."""
+        if not self._ready:
+            raise self._unready()
         done: list[_Waiter] = []
         with self._lock:
             self._closed = True
@@ -701,6 +850,8 @@ class AsyncSemaphore:
         now fit.  ``max_permits <= 0`` makes it unbounded: every queued
         request is granted at once."""
         m = check_new_max(max_permits)
+        if not self._ready:
+            raise self._unready()
         done: list[_Waiter] = []
         with self._lock:
             old_limit = self._max if self._bounded else 0
@@ -719,6 +870,8 @@ class AsyncSemaphore:
 
     def stats(self) -> SemaphoreStats:
         """A snapshot of gauges, counters and the wait-time histogram."""
+        if not self._ready:
+            raise self._unready()
         with self._lock:
             count = sum(self._wait_counts)
             return SemaphoreStats(
@@ -813,10 +966,19 @@ class AsyncSemaphore:
         self._settle(check, done)
 
     def _settle(self, check: _Waiter | None, done: list[_Waiter]) -> None:
-        """Answer pending checks outside the lock, then wake what left the queue."""
+        """Answer pending checks outside the lock, then wake what left the
+        queue.  A check that raises something other than an Exception
+        (KeyboardInterrupt, SystemExit...) counts as cancelled too, so the
+        queue moves on; that exception is raised once every waiter is woken."""
+        pending: BaseException | None = None
         while check is not None:
             assert check.check is not None
-            cancelled, cause = ask_cancelled(check.check)
+            try:
+                cancelled, cause = ask_cancelled(check.check)
+            except BaseException as exc:
+                cancelled, cause = True, exc
+                if pending is None:
+                    pending = exc
             with self._lock:
                 if self._queue and next(iter(self._queue)) is check:
                     if cancelled:
@@ -830,12 +992,20 @@ class AsyncSemaphore:
                         check = self._process_locked(check, done)
                 else:
                     check = self._process_locked(None, done)
-        self._wake_all(done)
+        try:
+            self._wake_all(done)
+        except BaseException as exc:
+            if pending is None:
+                pending = exc
+        if pending is not None:
+            raise pending
 
     def _wake_all(self, done: list[_Waiter]) -> None:
         """Wake the waiters that left the queue, in order: blocking threads
         through their lock, asyncio tasks through their loop's wake batch
-        (one call_soon per batch)."""
+        (one call_soon per batch).  Every batch is started even if starting
+        one raises (a revert's check, on a closed loop); the first such
+        exception is raised after."""
         started = []
         with self._lock:
             for w in done:
@@ -851,8 +1021,15 @@ class AsyncSemaphore:
         for w in done:
             if w.lock is not None:
                 w.lock.release()
+        pending: BaseException | None = None
         for ls in started:
-            ls.schedule()
+            try:
+                ls.schedule()
+            except BaseException as exc:
+                if pending is None:
+                    pending = exc
+        if pending is not None:
+            raise pending
 
     def _repost(self, ls: _LoopState, rest: list[_Waiter]) -> None:
         """Put the undelivered rest of a batch back in front (its runner was
@@ -874,9 +1051,16 @@ class AsyncSemaphore:
         with self._lock:
             batch = ls.batch or []
             ls.batch = None
+        pending: BaseException | None = None
         for w in batch:
-            self._revert(w)
+            try:
+                self._revert(w)
+            except BaseException as exc:   # a check's, after the revert
+                if pending is None:
+                    pending = exc
         ls.tidy()
+        if pending is not None:
+            raise pending
 
     def _revert(self, w: _Waiter) -> None:
         """Give back a grant that its requester will never take."""
@@ -922,16 +1106,25 @@ class AsyncSemaphore:
     def _cancel_waiter(self, w: _Waiter, msg: str | None) -> bool:
         if w.posted:
             return False
-        self._abandon(w, False)
-        w.is_cancelled = True
-        w.cancel_msg = msg
-        self._wake_all([w])
+        try:
+            self._abandon(w, False)
+        finally:   # the task is woken whatever a check raised meanwhile
+            w.is_cancelled = True
+            w.cancel_msg = msg
+            self._wake_all([w])
         return True
 
     def _expire(self, expired: list[_Waiter]) -> None:
         """The loop's timer: these waiters' deadlines have passed."""
+        pending: BaseException | None = None
         for w in expired:
-            self._abandon(w, True, post=True)
+            try:
+                self._abandon(w, True, post=True)
+            except BaseException as exc:   # a check's; the others expire too
+                if pending is None:
+                    pending = exc
+        if pending is not None:
+            raise pending
 
     def _shrink(self, permit: SemaphorePermit, n: int) -> bool:
         """Set ``permit`` to ``n`` if that is no more than it holds (a
@@ -989,14 +1182,16 @@ class AsyncSemaphore:
             if self._max_queue > 0 and len(self._queue) >= self._max_queue:
                 self._queue_full_total += 1
                 raise queue_full_error(self._max_queue)
-            w = _Waiter(permit, is_cancelled)
+            w = _new(_Waiter)
+            w._init(permit, is_cancelled)
             if loop is None:
                 w.lock = threading.Lock()
                 w.lock.acquire()
             else:
                 ls = self._loops.get(loop)
                 if ls is None:
-                    ls = self._loops[loop] = _LoopState(self, loop)
+                    ls = self._loops[loop] = _new(_LoopState)
+                    ls._init(self, loop)
                 w.ls = ls
                 ls.nq += 1
             w.need = need
@@ -1025,7 +1220,7 @@ class AsyncSemaphore:
         w: _Waiter = r   # type: ignore[assignment]
         assert w.ls is not None
         if timeout is not None:
-            w.deadline = w.enqueued + timeout
+            w.deadline = w.enqueued + min(timeout, MAX_TIMEOUT_S)
             w.ls.add_deadline(w)
         try:
             while not w.posted:
@@ -1045,16 +1240,21 @@ class AsyncSemaphore:
         w: _Waiter = r   # type: ignore[assignment]
         assert w.lock is not None
         try:
-            woken = w.lock.acquire(timeout=-1 if timeout is None else timeout)
+            woken = w.lock.acquire(
+                timeout=-1 if timeout is None else min(timeout, _LOCK_TIMEOUT_MAX))
         except BaseException:
-            self._abandon(w, timed_out=False)
-            if w.state != W_REMOVED:
-                w.lock.acquire()  # a wake-up is on its way: wait it out
+            try:
+                self._abandon(w, timed_out=False)
+            finally:
+                if w.state != W_REMOVED:
+                    w.lock.acquire()  # a wake-up is on its way: wait it out
             raise
         if not woken:
-            self._abandon(w, timed_out=True)
-            if w.state != W_REMOVED:
-                w.lock.acquire()
+            try:
+                self._abandon(w, timed_out=True)
+            finally:
+                if w.state != W_REMOVED:
+                    w.lock.acquire()
         return self._finish(w)
 
 

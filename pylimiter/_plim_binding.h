@@ -83,7 +83,7 @@ static void plim_raise(PyObject *exc)
  *   - `value` is an owned reference, never a borrowed one, so no holder can
  *     meet a dangling pointer.
  *   - It does not keep the last permit alive past its request: a request's
- *     deallocator calls plim_stop_forget, which clears the value if it is
+ *     deallocator calls plim_stop_take, which detaches the value if it is
  *     still its result.  (The request itself holds the same permit until
  *     then, for `async with`.)
  *   - The GIL makes the check-then-reuse atomic; see the file comment. */
@@ -116,20 +116,23 @@ static void plim_raise_stop(PyObject *value)
 }
 #endif
 
-/* plim_stop_forget: `value` (a permit) is no longer any request's result;
- * if the idle cached StopIteration still carries it, let it go. */
-static void plim_stop_forget(PyObject *value)
+/* plim_stop_take: `value` (a permit) is no longer any request's result;
+ * if the idle cached StopIteration still carries it, detach it and return
+ * that reference for the caller to drop (when dropping it is safe); else
+ * NULL.  Runs no Python code. */
+static PyObject *plim_stop_take(PyObject *value)
 {
 #ifdef PLIM_STOP_CACHE
     PyObject *exc = plim_stop_cache;
     if (exc != NULL && Py_REFCNT(exc) == 1 &&
         ((PyStopIterationObject *)exc)->value == value) {
         ((PyStopIterationObject *)exc)->value = Py_NewRef(Py_None);
-        Py_DECREF(value);
+        return value;
     }
 #else
     (void)value;
 #endif
+    return NULL;
 }
 
 /* plim_return_stop finishes a next() of the request with `value`. */
@@ -199,32 +202,52 @@ static PySendResult plim_done_am_send(PyObject *self, PyObject *arg, PyObject **
 /* ---- deallocation hooks ----------------------------------------------------
  * Installed over Cython's tp_dealloc of the permit and the request, so that
  * the common case adds a test or two and no call: a Cython __dealloc__ would
- * save and restore the error indicator and call out on every deallocation. */
+ * save and restore the error indicator and call out on every deallocation.
+ *
+ * The rule for both (issue 18): no Python code runs while the dying object
+ * is still known to the cyclic GC.  A collection started by that code would
+ * find it tracked with refcount 0, deallocate it a second time and put it on
+ * Cython's freelist twice (the next two allocations then share one object).
+ * So each hook takes what its Python code needs out of the object first,
+ * lets Cython's deallocator untrack and free it, and only then runs that
+ * code, on references of its own. */
 
 static destructor plim_permit_base_dealloc = NULL;
 static Py_ssize_t plim_permit_count_offset = 0;  /* int64_t permits held */
 static Py_ssize_t plim_permit_sem_offset = 0;    /* PyObject *semaphore */
-/* Cython: emits the ResourceWarning; gets the semaphore (kept alive by the
- * dying permit) and the count, never the permit itself. */
-static void (*plim_permit_leaked)(PyObject *sem, int64_t n) = NULL;
+/* Cython: emits the ResourceWarning; gets the semaphore and the count, never
+ * the permit itself (which no longer exists when it runs). */
+static int (*plim_permit_leaked)(PyObject *sem, int64_t n) = NULL;  /* -1: raised */
 
 static void plim_permit_dealloc(PyObject *o)
 {
-    int64_t n = *(int64_t *)((char *)o + plim_permit_count_offset);
-    if (n != 0) {
-        PyObject *sem = *(PyObject **)((char *)o + plim_permit_sem_offset);
-#if PY_VERSION_HEX >= 0x030C0000
-        PyObject *exc = PyErr_GetRaisedException();
-        plim_permit_leaked(sem, n);
-        PyErr_SetRaisedException(exc);
-#else
-        PyObject *et, *ev, *tb;
-        PyErr_Fetch(&et, &ev, &tb);
-        plim_permit_leaked(sem, n);
-        PyErr_Restore(et, ev, tb);
-#endif
+    int64_t *count = (int64_t *)((char *)o + plim_permit_count_offset);
+    int64_t n = *count;
+    if (n == 0) {
+        plim_permit_base_dealloc(o);
+        return;
     }
+    /* A leaked permit: warn once, after it is gone.  The count is cleared
+     * so that nothing can see (or warn for) these permits again. */
+    PyObject *sem = *(PyObject **)((char *)o + plim_permit_sem_offset);
+    Py_XINCREF(sem);
+    *count = 0;
     plim_permit_base_dealloc(o);
+    if (sem == NULL)
+        return;
+#if PY_VERSION_HEX >= 0x030C0000
+    PyObject *exc = PyErr_GetRaisedException();
+    if (plim_permit_leaked(sem, n) < 0)
+        PyErr_WriteUnraisable(sem);   /* with the error still set, as it requires */
+    PyErr_SetRaisedException(exc);
+#else
+    PyObject *et, *ev, *tb;
+    PyErr_Fetch(&et, &ev, &tb);
+    if (plim_permit_leaked(sem, n) < 0)
+        PyErr_WriteUnraisable(sem);
+    PyErr_Restore(et, ev, tb);
+#endif
+    Py_DECREF(sem);
 }
 
 static destructor plim_request_base_dealloc = NULL;
@@ -236,18 +259,23 @@ static void plim_request_dealloc(PyObject *o)
 {
     PyObject *result = *(PyObject **)((char *)o + plim_request_result_offset);
     void **lock = (void **)((char *)o + plim_request_lock_offset);
+    /* The cached StopIteration's reference to our permit, if it still has
+     * one: taken now, dropped once the request is gone (dropping it may
+     * free the permit, and a leaked permit's warning runs Python code). */
+    PyObject *drop = NULL;
     if (result != NULL && result != Py_None)
-        plim_stop_forget(result);   /* runs no Python code */
+        drop = plim_stop_take(result);  /* runs no Python code */
     if (*lock != NULL) {
         plim_give_lock(*lock);      /* neither */
         *lock = NULL;
     }
     plim_request_base_dealloc(o);
+    Py_XDECREF(drop);
 }
 
 static int plim_install_deallocs(PyObject *permit_type, Py_ssize_t count_offset,
                                  Py_ssize_t sem_offset,
-                                 void (*leaked)(PyObject *, int64_t),
+                                 int (*leaked)(PyObject *, int64_t),
                                  PyObject *request_type, Py_ssize_t result_offset,
                                  Py_ssize_t lock_offset, void (*give_lock)(void *))
 {
@@ -274,6 +302,48 @@ static void plim_leak_check(PyObject *permit_type, int on)
     PyTypeObject *pt = (PyTypeObject *)permit_type;
     pt->tp_dealloc = on ? plim_permit_dealloc : plim_permit_base_dealloc;
     PyType_Modified(pt);
+}
+
+/* ---- types Python may not instantiate --------------------------------------
+ * The permit, the request and the loop state are made by the binding only,
+ * which calls Cython's tp_new functions directly.  Their type's tp_new slot
+ * (what Cls(), Cls.__new__(Cls), copy and pickle reach) refuses with a
+ * TypeError, so no half-made object with None where a C struct is expected
+ * can ever exist. */
+#define PLIM_NO_NEW_MAX 4
+static PyTypeObject *plim_no_new_type[PLIM_NO_NEW_MAX];
+static PyObject *plim_no_new_msg[PLIM_NO_NEW_MAX];
+static int plim_no_new_count = 0;
+
+static PyObject *plim_refuse_new(PyTypeObject *t, PyObject *args, PyObject *kwds)
+{
+    (void)args;
+    (void)kwds;
+    for (int i = 0; i < plim_no_new_count; i++) {
+        if (t == plim_no_new_type[i]) {
+            PyErr_SetObject(PyExc_TypeError, plim_no_new_msg[i]);
+            return NULL;
+        }
+    }
+    PyErr_Format(PyExc_TypeError, "cannot create '%s' instances", t->tp_name);
+    return NULL;
+}
+
+static int plim_forbid_new(PyObject *type, PyObject *msg)
+{
+    if (plim_no_new_count == PLIM_NO_NEW_MAX) {
+        PyErr_SetString(PyExc_RuntimeError, "pylimiter: too many types for plim_forbid_new");
+        return -1;
+    }
+    plim_no_new_type[plim_no_new_count] = (PyTypeObject *)type;
+    Py_INCREF(msg);
+    plim_no_new_msg[plim_no_new_count++] = msg;
+    ((PyTypeObject *)type)->tp_new = plim_refuse_new;
+    /* Cython also gives the type a vectorcall that makes an instance
+     * without looking at tp_new: calls must go through type_call. */
+    ((PyTypeObject *)type)->tp_vectorcall = NULL;
+    PyType_Modified((PyTypeObject *)type);
+    return 0;
 }
 
 static int plim_set_slots(PyObject *type, iternextfunc next, sendfunc send)

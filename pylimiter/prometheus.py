@@ -34,6 +34,7 @@ from __future__ import annotations
 import math
 import re
 import threading
+from collections.abc import Mapping as _MappingABC
 from typing import Any, Callable, Iterator, Mapping, Optional, Union
 
 try:
@@ -46,7 +47,7 @@ except ImportError as exc:  # pragma: no cover - depends on the install
     raise ImportError(f"pylimiter.prometheus needs prometheus_client ({exc}); "
                       "pip install 'pylimiter-pulsar[prometheus]'") from exc
 
-from ._common import LimitType
+from ._common import LimitType, uninitialised_error
 from ._dual import DualMemoryLimiterBase
 
 __all__ = ["LimiterCollector"]
@@ -60,8 +61,18 @@ Source = Union[Any, Callable[[], Any]]
 
 
 def _is_limiter(obj) -> bool:
+    # Looked up on the type: an instance's own __getattr__ never runs.
+    tp = type(obj)
     return isinstance(obj, DualMemoryLimiterBase) or (
-        hasattr(obj, "stats") and hasattr(obj, "max_permits"))
+        hasattr(tp, "stats") and hasattr(tp, "max_permits"))
+
+
+def _exact_str(value, what: str) -> str:
+    """A str argument as a plain str: a subclass's own __eq__, __hash__ or
+    __str__ never runs inside the collector (or the scrape)."""
+    if not isinstance(value, str):
+        raise TypeError(f"pylimiter: {what} must be a str, not {type(value).__name__}")
+    return str.__str__(value)
 
 
 def _le(bound: float) -> str:
@@ -92,6 +103,7 @@ class LimiterCollector:
     ``CollectorRegistry`` (or ``prometheus_client.REGISTRY``)."""
 
     def __init__(self, namespace: str = "", *, labels: Optional[Mapping[str, str]] = None):
+        namespace = _exact_str(namespace, "namespace")
         if namespace and not _NAME.match(namespace):
             raise ValueError(f"pylimiter: invalid metric namespace {namespace!r}")
         self.namespace = namespace
@@ -100,15 +112,34 @@ class LimiterCollector:
         # name -> {label values: (source, labels)}; name -> label names
         self._tracked: dict[str, dict[tuple, tuple[Source, dict]]] = {}
         self._label_names: dict[str, tuple[str, ...]] = {}
+        self._ready = True
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> "LimiterCollector":
+        # A collector made by __new__ alone refuses every call.
+        self = super().__new__(cls)
+        self._ready = False
+        return self
+
+    def _check_ready(self) -> None:
+        if not self._ready:
+            raise uninitialised_error(self)
 
     @staticmethod
     def _check_labels(labels) -> dict:
-        out = dict(labels or {})
-        for k, v in out.items():
-            if not isinstance(k, str) or not _LABEL.match(k) or k.startswith("__"):
+        if labels is None:
+            return {}
+        if not isinstance(labels, _MappingABC):
+            raise TypeError(f"pylimiter: labels must be a mapping, not {type(labels).__name__}")
+        out = {}
+        for k, v in list(labels.items()):
+            if not isinstance(k, str):
+                raise ValueError(f"pylimiter: invalid label name of type {type(k).__name__}")
+            k = str.__str__(k)
+            if not _LABEL.match(k) or k.startswith("__"):
                 raise ValueError(f"pylimiter: invalid label name {k!r}")
             if not isinstance(v, str):
                 raise TypeError(f"pylimiter: label {k} must be a str, not {type(v).__name__}")
+            out[k] = str.__str__(v)
         return out
 
     def track(self, name: str, limiter: Source, *,
@@ -117,7 +148,10 @@ class LimiterCollector:
         either implementation, or a function returning the one to read at
         each scrape) under `name`; tracking the same name and labels again
         replaces it."""
-        if not isinstance(name, str) or not _NAME.match(name):
+        if not isinstance(name, str):
+            raise ValueError(f"pylimiter: invalid metric name part of type {type(name).__name__}")
+        name = str.__str__(name)
+        if not _NAME.match(name):
             raise ValueError(f"pylimiter: invalid metric name part {name!r}")
         if not (_is_limiter(limiter) or callable(limiter)):
             raise TypeError("pylimiter: expected an AsyncSemaphore, an AsyncDualMemoryLimiter "
@@ -127,6 +161,7 @@ class LimiterCollector:
         if clash:
             raise ValueError(f"pylimiter: labels {sorted(clash)} are the collector's own")
         keys = tuple(sorted(extra))
+        self._check_ready()
         with self._lock:
             known = self._label_names.setdefault(name, keys)
             if known != keys:
@@ -137,7 +172,9 @@ class LimiterCollector:
     def untrack(self, name: str, *, labels: Optional[Mapping[str, str]] = None) -> None:
         """Stop exposing what `track(name, ..., labels=labels)` added
         (KeyError if nothing was)."""
-        extra = dict(labels or {})
+        name = _exact_str(name, "name")
+        extra = self._check_labels(labels)
+        self._check_ready()
         with self._lock:
             keys = self._label_names[name]
             del self._tracked[name][tuple(extra.get(k) for k in keys)]
@@ -146,6 +183,7 @@ class LimiterCollector:
 
     def collect(self) -> Iterator:
         """The metric families, from one stats() snapshot per semaphore."""
+        self._check_ready()
         with self._lock:
             tracked = [(n, list(e.values()), self._label_names[n])
                        for n, e in self._tracked.items()]
@@ -156,6 +194,10 @@ class LimiterCollector:
                 limiter = source if _is_limiter(source) else source()
                 if limiter is None:
                     continue
+                if not _is_limiter(limiter):
+                    raise TypeError(
+                        f"pylimiter: the source of {name} returned a "
+                        f"{type(limiter).__name__}, not a semaphore or limiter")
                 values = list(self.labels.values()) + [extra[k] for k in keys]
                 if isinstance(limiter, DualMemoryLimiterBase):
                     for t, pool in _POOLS:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import gc
+import os
 
 import pytest
 
@@ -37,6 +38,24 @@ def pytest_collection_modifyitems(config, items):
     if drop:
         config.hook.pytest_deselected(items=drop)
         items[:] = keep
+
+
+@pytest.fixture(autouse=True)
+def _gc_stress():
+    """PYLIMITER_GC_THRESHOLD=1 (the Py_DEBUG tier's stress pass, `make
+    test-dbg`): a collection at nearly every allocation while each test
+    body runs, so a deallocator or traversal that is wrong under the
+    cyclic GC fails there and then (pytest itself runs at normal speed)."""
+    threshold = os.environ.get("PYLIMITER_GC_THRESHOLD")
+    if not threshold:
+        yield
+        return
+    old = gc.get_threshold()
+    gc.set_threshold(int(threshold))
+    try:
+        yield
+    finally:
+        gc.set_threshold(*old)
 
 
 @pytest.fixture(

@@ -5,6 +5,9 @@ implementation: the same grants, in the same order, with the same errors
 from __future__ import annotations
 
 import asyncio
+import copy
+import math
+import pickle
 import random
 
 import pytest
@@ -56,7 +59,7 @@ async def _trace(mod, seed: int, steps: int = 150):
             check = None
             if rnd.random() < 0.3:
                 flags[i] = False
-                check = (lambda i=i: flags[i])
+                check = (lambda i=i: _answer(flags[i]))
             try:
                 req = sem.acquire(n, is_cancelled=check)
             except Exception as e:
@@ -98,7 +101,8 @@ async def _trace(mod, seed: int, steps: int = 150):
                 permits[next_id] = p
                 next_id += 1
         elif op == "flag" and flags:
-            flags[rnd.choice(sorted(flags))] = True
+            # True, or a check that raises (it counts as cancelled too).
+            flags[rnd.choice(sorted(flags))] = rnd.choice([True, True, "error"])
         elif op == "max":
             # The live switch too: <= 0 is unbounded (grants every queued
             # request); a later bound carries over what is held.
@@ -114,6 +118,16 @@ async def _trace(mod, seed: int, steps: int = 150):
                 lambda: sem.set_max_permits(None), lambda: sem.set_max_permits(True),
                 lambda: mod.AsyncSemaphore(2**61), lambda: mod.AsyncSemaphore(1, None),
                 lambda: mod.AsyncSemaphore("1"), lambda: sem.try_acquire(2**62),
+                # issue 18: hostile values, copies, half-made objects
+                lambda: sem.acquire(math.nan), lambda: sem.acquire(1, timeout=math.nan),
+                lambda: sem.try_acquire(2**64), lambda: mod.AsyncSemaphore(0).try_acquire(2**63),
+                lambda: sem.set_max_permits(-2**63) or sem.set_max_permits(10),
+                lambda: sem.acquire_blocking(1, timeout="x"), lambda: sem.release(foreign),
+                lambda: copy.copy(sem), lambda: copy.deepcopy(foreign),
+                lambda: pickle.dumps(sem.acquire(1)), lambda: sem.__init__(10),
+                lambda: mod.AsyncSemaphore.__new__(mod.AsyncSemaphore).acquired_permits,
+                lambda: mod.AsyncSemaphore.__new__(mod.AsyncSemaphore).try_acquire(1),
+                lambda: type(foreign).__new__(type(foreign)),
             ])
             try:
                 bad()
@@ -133,6 +147,12 @@ async def _trace(mod, seed: int, steps: int = 150):
     log.append(("end", sem.acquired_permits, st.acquired_total, st.cancelled_total,
                 st.queue_full_total, st.timeout_total))
     return log
+
+
+def _answer(flag):
+    if flag == "error":
+        raise ValueError("check failed")
+    return flag
 
 
 @pytest.mark.parametrize("seed", range(40))

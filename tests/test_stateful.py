@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import copy
+import math
 
 import pytest
 from hypothesis import settings
@@ -102,6 +104,24 @@ def make_machine(mod):
                 self.queue = [(i, n) for i, n in self.queue if n <= m]
             self.process()
             self.step()
+
+        @rule(v=st.sampled_from([-1, math.nan, math.inf, 2**64, True, None, "1", 1.5, []]),
+              how=st.sampled_from(["acquire", "try_acquire", "acquire_blocking",
+                                   "set_max_permits", "release", "copy"]))
+        def misuse(self, v, how):
+            # Refused at the call with TypeError/ValueError; the model (the
+            # semaphore's books and queue) is unchanged.
+            if how == "set_max_permits" and type(v) is int and v < 0:
+                v = 2**64   # (a limit <= 0 is valid: unbounded)
+            with pytest.raises((TypeError, ValueError)):
+                if how == "copy":
+                    copy.copy(self.sem)
+                elif how == "acquire":
+                    self.sem.acquire(v)
+                elif how == "acquire_blocking":
+                    self.sem.acquire_blocking(v, timeout=0)
+                else:
+                    getattr(self.sem, how)(v)
 
         @invariant()
         def matches_model(self):
