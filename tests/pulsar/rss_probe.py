@@ -89,7 +89,11 @@ async def watch_scenario(broker) -> int:
 async def main(scenario: str) -> dict:
     store = TopicStore()
     store.add_many(generated_topics(NS, 50_000 if scenario == "watch" else 10))
-    cfg = TopicListConfig(max_message_size=8 * MB, heap_mb=0, direct_mb=0)
+    # No budgets: this measures that memory comes back, so the clients must
+    # be able to make the server hold it first (the budgets that bound it
+    # have tests of their own, in test_topiclist_hostile.py).
+    cfg = TopicListConfig(max_message_size=8 * MB, heap_mb=0, direct_mb=0, inbound_mb=0,
+                          watchers_mb=0)
     broker = Broker(cfg, store=store, admin_port=None)
     await broker.start()
     try:

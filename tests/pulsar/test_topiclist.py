@@ -19,7 +19,7 @@ import time
 
 import pytest
 
-from pylimiter.pulsar.topiclist.__main__ import NEEDS  # noqa: E402  (the extra's modules)
+from pylimiter.pulsar.topiclist.cli import NEEDS  # noqa: E402  (the extra's modules)
 
 for _module in NEEDS:
     pytest.importorskip(_module)
@@ -78,25 +78,28 @@ def test_each_setting_declared_once_reaches_file_flags_startup_and_admin(tmp_pat
     """One declaration per setting: the Pulsar key read from the file, the
     flag, the start-up line and the admin API all come from it."""
     import argparse
-    from dataclasses import fields
 
-    from pylimiter.pulsar.topiclist.limits import add_setting_flags, setting_overrides
+    from pylimiter.pulsar._settings import add_setting_flags, setting_overrides
 
-    decl = fields(TopicListConfig)
+    decl = TopicListConfig.settings()
     assert [f.name for f in decl] == ["heap_mb", "direct_mb", "heap_timeout_ms",
                                       "direct_timeout_ms", "heap_queue", "direct_queue",
-                                      "max_message_size", "pattern_max_length", "keep_alive_s"]
+                                      "max_message_size", "pattern_max_length", "keep_alive_s",
+                                      "requests_per_connection", "write_timeout_ms",
+                                      "inbound_mb", "watchers_mb", "watchers_per_connection",
+                                      "consumers_per_connection", "lookups_per_connection",
+                                      "name_max_length"]
     limits = [d for d in decl if d.metadata["group"] == "limits"]
     assert len(limits) == 6
     f = tmp_path / "broker.conf"
     f.write_text("".join(f"{d.metadata['key']}={i + 1}\n" for i, d in enumerate(decl)))
     cfg = TopicListConfig.from_properties(f)
-    assert [getattr(cfg, d.name) for d in decl] == list(range(1, 10))
+    assert [getattr(cfg, d.name) for d in decl] == list(range(1, len(decl) + 1))
     ap = argparse.ArgumentParser()
-    add_setting_flags(ap)
+    add_setting_flags(ap, TopicListConfig)
     flags = ["--heap-mb", "0.5", "--direct-timeout-ms", "7", "--heap-queue", "9",
              "--keep-alive-s", "3"]
-    over = setting_overrides(ap.parse_args(flags))
+    over = setting_overrides(ap.parse_args(flags), TopicListConfig)
     assert over == {"heap_mb": 0.5, "direct_timeout_ms": 7, "heap_queue": 9, "keep_alive_s": 3}
     help_text = "".join(ap.format_help().split())    # argparse wraps long keys
     for d in decl:

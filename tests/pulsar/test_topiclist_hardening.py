@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-from pylimiter.pulsar.topiclist.__main__ import NEEDS  # noqa: E402  (the extra's modules)
+from pylimiter.pulsar.topiclist.cli import NEEDS  # noqa: E402  (the extra's modules)
 
 for _module in NEEDS:
     pytest.importorskip(_module)
@@ -36,7 +36,7 @@ from hypothesis import strategies as st  # noqa: E402
 from pylimiter import AsyncSemaphore  # noqa: E402
 from pylimiter._cli import run  # noqa: E402
 from pylimiter.pulsar.topiclist import limits, protocol  # noqa: E402
-from pylimiter.pulsar.topiclist.__main__ import PROG, describe_load, main  # noqa: E402
+from pylimiter.pulsar.topiclist.cli import PROG, describe_load, main  # noqa: E402
 from pylimiter.pulsar.topiclist.broker import Backoff, Broker, generated_topics  # noqa: E402
 from pylimiter.pulsar.topiclist.limits import (  # noqa: E402
     MB,
@@ -60,7 +60,10 @@ from .topiclist_kit import (  # noqa: E402
     TOPICS,
     ahttp,
     assert_all_back,
+    get_topics_cmd,
+    outcomes_add_up,
     pool,
+    raw_connect,
     running,
     store_with,
     tiny,
@@ -68,26 +71,6 @@ from .topiclist_kit import (  # noqa: E402
 )
 
 HERE = Path(__file__).resolve().parent
-
-
-async def raw_connect(port: int):
-    """A bare protocol connection after CONNECT/CONNECTED."""
-    r, w = await asyncio.open_connection("127.0.0.1", port)
-    w.write(protocol.encode(protocol.cmd(CommandType.CONNECT, "connect", client_version="t")))
-    first, _ = await protocol.read_command(r)
-    assert first.type == CommandType.CONNECTED
-    return r, w, first.connected
-
-
-def get_topics_cmd(rid: int, ns: str = NS, **kw):
-    return protocol.cmd(CommandType.GET_TOPICS_OF_NAMESPACE, "getTopicsOfNamespace",
-                        request_id=rid, namespace=ns, **kw)
-
-
-def outcomes_add_up(service) -> bool:
-    s = service.stats()
-    return s["in_flight"] == 0 and s["requests"] == sum(s[k] for k in (
-        "responses", "too_many_requests", "errors", "cancelled"))
 
 
 # ---- 1. every request answered, whatever the limiter raises ------------------------
@@ -154,14 +137,19 @@ def _toggle_limits_under_load(rounds: int = 6):
             stop = asyncio.Event()
 
             async def sampler():
+                # A grant counts only if the limit was on at both ends of
+                # the interval: one made just before the limit was turned
+                # on, in the same loop iteration, is not above any limit.
                 last = {HEAP: 0, DIRECT: 0}
+                last_limit = {HEAP: 0, DIRECT: 0}
                 while not stop.is_set():
                     for t in (HEAP, DIRECT):
                         held = sum(d.get_limiter(t).acquired_permits for d in duals)
                         limit = b.limiter.dual.get_limiter(t).max_permits
-                        if limit > 0 and held > limit and held > last[t]:
+                        if limit > 0 and last_limit[t] > 0 and held > limit \
+                                and held > last[t]:
                             grew_over.append((t, held, limit))
-                        last[t] = held
+                        last[t], last_limit[t] = held, limit
                     await asyncio.sleep(0)
 
             answers = {"ok": 0, "tmr": 0}

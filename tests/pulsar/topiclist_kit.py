@@ -75,3 +75,29 @@ def tiny(**kw):
                 heap_queue=1, direct_queue=100)
     base.update(kw)
     return TopicListConfig(**base)
+
+
+async def raw_connect(port: int):
+    """A bare protocol connection after CONNECT/CONNECTED."""
+    from pylimiter.pulsar.topiclist import protocol
+    from pylimiter.pulsar.topiclist.protocol import CommandType
+
+    r, w = await asyncio.open_connection("127.0.0.1", port)
+    w.write(protocol.encode(protocol.cmd(CommandType.CONNECT, "connect", client_version="t")))
+    first, _ = await protocol.read_command(r)
+    assert first.type == CommandType.CONNECTED
+    return r, w, first.connected
+
+
+def get_topics_cmd(rid: int, ns: str = NS, **kw):
+    from pylimiter.pulsar.topiclist import protocol
+    from pylimiter.pulsar.topiclist.protocol import CommandType
+
+    return protocol.cmd(CommandType.GET_TOPICS_OF_NAMESPACE, "getTopicsOfNamespace",
+                        request_id=rid, namespace=ns, **kw)
+
+
+def outcomes_add_up(service) -> bool:
+    s = service.stats()
+    return s["in_flight"] == 0 and s["requests"] == sum(s[k] for k in (
+        "responses", "too_many_requests", "errors", "cancelled"))
