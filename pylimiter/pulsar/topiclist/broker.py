@@ -25,8 +25,6 @@ Listener = Callable[[str, list, list], None]
 #: What a watcher costs besides its topics (the object, its event, its
 #: sender task), in the watchers' memory budget.
 WATCHER_BASE_COST = 2048
-#: Longest topics hash kept from a request (Pulsar's are 8 hex digits).
-MAX_HASH_LENGTH = 64
 
 
 class TopicStore:
@@ -362,7 +360,7 @@ class BrokerConnection(ConnectionBase):
 
     def _hash_of(self, body) -> Optional[str]:
         value = body.topics_hash if body.HasField("topics_hash") else None
-        return value if isinstance(value, str) and len(value) <= MAX_HASH_LENGTH else None
+        return value if isinstance(value, str) and len(value) <= protocol.MAX_HASH_LENGTH else None
 
     def _list_request(self, body) -> ListRequest:
         ns = self.name(body.namespace, "namespace")

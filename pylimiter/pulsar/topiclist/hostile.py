@@ -165,22 +165,19 @@ async def pipelined_lookups(url: str, *, count: int = 200_000, unsupported: bool
     support) pipelined on one connection that never reads.  What the server
     will not read in `send_timeout` s stays unsent."""
     _, w = await connect(url, rcvbuf=SMALL_RCVBUF)
+    if unsupported:
+        one = protocol.cmd(CommandType.PRODUCER, "producer", request_id=1)
+    else:
+        one = protocol.cmd(CommandType.LOOKUP, "lookupTopic", request_id=1,
+                           topic="persistent://public/default/t")
+    batch = protocol.encode(one) * 4096    # the same request id: nobody reads the answers
     try:
-        batch = []
-        for i in range(1, count + 1):
-            if unsupported:
-                c = protocol.cmd(CommandType.PRODUCER, "producer", request_id=i)
-            else:
-                c = protocol.cmd(CommandType.LOOKUP, "lookupTopic", request_id=i,
-                                 topic="persistent://public/default/t")
-            batch.append(protocol.encode(c))
-            if len(batch) == 4096 or i == count:
-                w.write(b"".join(batch))
-                batch.clear()
-                try:
-                    await asyncio.wait_for(w.drain(), send_timeout)
-                except (asyncio.TimeoutError, ConnectionError, OSError):
-                    break
+        for _ in range(0, count, 4096):
+            w.write(batch)
+            try:
+                await asyncio.wait_for(w.drain(), send_timeout)
+            except (asyncio.TimeoutError, ConnectionError, OSError):
+                break
         await _hold(hold)
     finally:
         w.transport.abort()

@@ -52,6 +52,8 @@ DEFAULT_MAX_FRAME = max_frame_for(DEFAULT_MAX_MESSAGE_SIZE)
 ANY_FRAME = 2**32 + 3
 #: Longest ERROR message sent: messages may quote what a client sent.
 MAX_ERROR_MESSAGE = 1024
+#: Longest topics hash kept from a request (Pulsar's are 8 hex digits).
+MAX_HASH_LENGTH = 64
 
 
 class ProtocolError(Exception):

@@ -151,7 +151,7 @@ class ProxyConnection(ConnectionBase):
                 # list goes back unfiltered and the client filters it.
                 up.getTopicsOfNamespace.topics_pattern = pattern
         if body.HasField("topics_hash") and isinstance(body.topics_hash, str) \
-                and len(body.topics_hash) <= 64:
+                and len(body.topics_hash) <= protocol.MAX_HASH_LENGTH:
             up.getTopicsOfNamespace.topics_hash = body.topics_hash
         return up
 

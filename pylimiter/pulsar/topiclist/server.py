@@ -287,14 +287,16 @@ async def live_limits(request) -> dict:
 
 
 class _ExtraCollector:
-    """Peaks the load generator reads (not among the seed's twelve)."""
+    """Metrics beyond the seed's twelve: the peaks the load generator reads,
+    the inbound and watchers' budgets, and what the guards did."""
 
     def __init__(self, service: ServiceBase):
         self.s = service
 
     def collect(self):
-        """Peak permits per pool and the process's peak RSS."""
-        from prometheus_client.core import GaugeMetricFamily
+        """Peak permits per pool, the process's peak RSS, the two budgets
+        and the guards' counters."""
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
         p = f"pulsar_{self.s.role}_topic_list_"
         for k in ("heap", "direct"):
@@ -306,6 +308,21 @@ class _ExtraCollector:
                               labels=["cluster"])
         g.add_metric([self.s.cluster], peak_rss_bytes())
         yield g
+        for name, sem, what in (("inbound", self.s.inbound, "frames being received"),
+                                ("watchers", self.s.watcher_memory, "watchers' topic sets")):
+            for k, v, text in (("used", sem.acquired_permits, "held by"),
+                               ("limit", max(sem.max_permits, 0), "limit for")):
+                g = GaugeMetricFamily(f"{p}{name}_memory_{k}_bytes",
+                                      f"Memory {text} {what} (0: no limit)"
+                                      if k == "limit" else f"Memory {text} {what}",
+                                      labels=["cluster"])
+                g.add_metric([self.s.cluster], v)
+                yield g
+        c = CounterMetricFamily(f"{p}guard_events", "What the guards against hostile "
+                                "clients did, by kind", labels=["cluster", "kind"])
+        for kind, n in self.s.guards.items():
+            c.add_metric([self.s.cluster, kind], n)
+        yield c
 
 
 def _budget(sem: AsyncSemaphore) -> dict:

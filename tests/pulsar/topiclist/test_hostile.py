@@ -35,10 +35,12 @@ from pylimiter.pulsar.topiclist.protocol import CommandType, ServerError  # noqa
 from pylimiter.pulsar.topiclist.proxy import Proxy  # noqa: E402
 from pylimiter.pulsar.topiclist.server import READ_AHEAD  # noqa: E402
 
-from .topiclist_kit import (  # noqa: E402
+from .kit import (  # noqa: E402
     HEAP,
+    Background,
     NS,
     TOPICS,
+    ahttp,
     assert_all_back,
     get_topics_cmd,
     outcomes_add_up,
@@ -46,7 +48,9 @@ from .topiclist_kit import (  # noqa: E402
     raw_connect,
     running,
     store_with,
+    subscribed,
     until,
+    wait_for,
 )
 
 HERE = Path(__file__).resolve().parent
@@ -129,6 +133,9 @@ def test_a_client_that_does_not_read_is_closed_at_the_write_deadline_despite_pin
                 await asyncio.sleep(0.1)
             assert not b.connections, "still open 20 s after a 0.5 s write deadline"
             assert b.stats()["guards"]["write_timeouts"] == 1
+            _, text = await ahttp("GET", f"{b.admin_url}/metrics")
+            assert 'pulsar_broker_topic_list_guard_events_total{cluster="standalone",' \
+                   'kind="write_timeouts"} 1.0' in text
             w.transport.abort()
             assert_all_back(b)
             assert outcomes_add_up(b)
@@ -622,18 +629,14 @@ def test_a_pattern_that_is_not_utf8_is_invalid_topic_name_logged_once(via_proxy,
 
 # ---- the official client while attacks run ----------------------------------------------
 
-pulsar = pytest.importorskip("pulsar")
-
-
 @pytest.mark.parametrize("via_proxy", [False, True], ids=["broker", "proxy"])
 def test_the_official_client_works_while_every_attack_runs(via_proxy):
     """pulsar-client subscribes by regex, directly and through the proxy,
     while the broker (and the proxy) are under all of issue 19's attacks
     at once, scaled down: a client that never reads, huge SUBSCRIBE names,
     partial frames, pipelined LOOKUPs never read, and a watcher storm."""
-    from .test_topiclist import _Background, _subscribed, _wait
-
-    bg = _Background()
+    pulsar = pytest.importorskip("pulsar")
+    bg = Background()
     cfg = TopicListConfig(heap_mb=8, direct_mb=8, inbound_mb=8, watchers_mb=8)
     b = bg.run(Broker(cfg, store=store_with(TOPICS + generated_topics(NS, 1000))).start())
     px = bg.run(Proxy(cfg, broker_url=b.service_url).start())
@@ -655,9 +658,9 @@ def test_the_official_client_works_while_every_attack_runs(via_proxy):
                                logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error))
         consumer = client.subscribe(re.compile("persistent://public/default/orders-.*"),
                                     "sub")
-        assert _wait(lambda: _subscribed(b) == TOPICS[:2]), _subscribed(b)
+        assert wait_for(lambda: subscribed(b) == TOPICS[:2]), subscribed(b)
         consumer.close()
-        assert _wait(lambda: _subscribed(b) == [])
+        assert wait_for(lambda: subscribed(b) == [])
     finally:
         if client is not None:
             client.close()
