@@ -20,6 +20,12 @@ probe that waits on a 25 s permit timeout shows as such).  Then the attack
 stops, the broker gets SIGTERM (time to exit measured), and VmHWM gives its
 peak RSS: growth = peak - idle.
 
+`proxy-100k` is not an attack but issue 19's fourth finding: a broker with a
+100,000-topic namespace whose answer (8.5 MB) is over maxMessageSize, and a
+proxy in front of it with the given pools; 100 clients each list it once
+through the proxy (each waits up to 300 s).  Its latency columns are the
+100 listings', its growth the proxy's.
+
 The two sides alternate, order flipped every round; figures are medians over
 rounds.  Results: benchmarks/results/topiclist_attacks.csv and a Markdown
 table on stdout.  Excluded: the clients' own memory and CPU (they run in this
@@ -71,7 +77,9 @@ def _attack(name: str, url: str, storm: hostile.WatcherStorm):
 
 
 ATTACKS = ("non-reader", "subscribe-names", "partial-frames", "pipelined-lookups", "watchers",
-           "watcher-storm", "all-memory")
+           "watcher-storm", "all-memory", "proxy-100k")
+#: Topic names of the proxy case: 100,000 of them make an 8.5 MB answer.
+LONG_NAME = "persistent://public/default/orders-of-a-rather-long-name-for-the-case-of-issue-19-"
 
 
 def broker_args(pools: str, after: bool) -> list:
@@ -88,7 +96,50 @@ def pct(values, q):
     return s[min(len(s) - 1, int(q * (len(s) - 1) + 0.5))]
 
 
+def measure_proxy(tree: Path, side: str, pools: str, topics_file: Path) -> dict:
+    """Not an attack: 100 clients each list the 100,000-topic namespace once
+    through the proxy (pools of the given size, waits of up to 10 min).
+    Latency is each listing's; growth is the proxy's."""
+    from pylimiter.pulsar.topiclist.loadgen import run_load
+
+    broker = hostile.ServiceProcess("broker", "--topics-file", str(topics_file), tree=str(tree))
+    args = ["--broker", broker.url, "--heap-timeout-ms", "600000", "--direct-timeout-ms",
+            "600000"]
+    if pools != "default":
+        args += ["--heap-mb", pools, "--direct-mb", pools]
+    proxy = None
+    try:
+        proxy = hostile.ServiceProcess("proxy", *args, tree=str(tree))
+        time.sleep(0.5)
+        base = proxy.rss()
+        proxy.reset_peak()
+        res = asyncio.run(run_load(proxy.url, NS, 100, 300.0, max_requests=100,
+                                   request_timeout=300.0))
+        peak = proxy.peak()
+    finally:
+        exit_s = proxy.stop()[0] if proxy is not None else float("nan")
+        broker.stop()
+    s = res.summary()
+    ms = lambda v: None if v is None else v / 1000.0  # noqa: E731
+    return {"attack": "proxy-100k", "pools_mib": pools, "side": side, "probes": 100,
+            "served": res.responses, "p50_s": ms(s["p50_ms"]), "p99_s": ms(s["p99_ms"]),
+            "max_s": ms(s["max_ms"]),
+            "outcomes": f"responses {res.responses}, TooManyRequests "
+                        f"{res.too_many_requests}, other {res.other_errors}",
+            "growth_mib": round((peak - base) / MB, 1), "sigterm_exit_s": round(exit_s, 2),
+            "watchers_created": 0}
+
+
 def measure(tree: Path, side: str, attack: str, pools: str, duration: float) -> dict:
+    if attack == "proxy-100k":
+        topics_file = OUT / ".proxy_topics.txt"
+        if not topics_file.exists():
+            topics_file.parent.mkdir(parents=True, exist_ok=True)
+            topics_file.write_text("".join(f"{LONG_NAME}{i:06d}\n" for i in range(100_000)))
+        try:
+            return measure_proxy(tree, side, pools, topics_file)
+        finally:
+            topics_file.unlink()
     svc = hostile.ServiceProcess("broker", *broker_args(pools, side == "after"), tree=str(tree))
     storm = hostile.WatcherStorm()
     try:
@@ -120,7 +171,7 @@ def median_rows(rows):
         m = dict(rs[0])
         for f in ("p50_s", "p99_s", "max_s", "growth_mib", "sigterm_exit_s"):
             vals = [r[f] for r in rs if r[f] is not None]
-            m[f] = statistics.median(vals) if vals else None
+            m[f] = round(statistics.median(vals), 3) if vals else None
         for f in ("probes", "served", "watchers_created"):
             m[f] = sum(r[f] for r in rs)
         m["rounds"] = len(rs)
@@ -128,8 +179,22 @@ def median_rows(rows):
     return out
 
 
-def _s(v):
-    return "-" if v is None else f"{v:.2f}"
+def _s(v, digits=2):
+    if v is None or v == "":
+        return "-"
+    v = round(float(v), digits)
+    return f"{v if v else 0.0:.{digits}f}"        # no "-0.0"
+
+
+def markdown_table(summary) -> str:
+    """The summary rows as the Markdown table of benchmarks/README.md."""
+    out = ["| attack | pools MiB | side | honest p50 s | honest p99 s | served | "
+           "broker RSS growth MiB | SIGTERM exit s |", "|---|---|---|---|---|---|---|---|"]
+    for r in summary:
+        out.append(f"| {r['attack']} | {r['pools_mib']} | {r['side']} | {_s(r['p50_s'])} | "
+                   f"{_s(r['p99_s'])} | {r['served']}/{r['probes']} | "
+                   f"{_s(r['growth_mib'], 1)} | {_s(r['sigterm_exit_s'])} |")
+    return "\n".join(out)
 
 
 def main(argv=None) -> int:
@@ -167,13 +232,8 @@ def main(argv=None) -> int:
         w = csv.DictWriter(f, fieldnames=list(summary[0]))
         w.writeheader()
         w.writerows(summary)
-    print("\n| attack | pools MiB | side | honest p50 s | honest p99 s | served | "
-          "broker RSS growth MiB | SIGTERM exit s |")
-    print("|---|---|---|---|---|---|---|---|")
-    for r in summary:
-        print(f"| {r['attack']} | {r['pools_mib']} | {r['side']} | {_s(r['p50_s'])} | "
-              f"{_s(r['p99_s'])} | {r['served']}/{r['probes']} | {r['growth_mib']} | "
-              f"{r['sigterm_exit_s']} |")
+    print()
+    print(markdown_table(summary))
     return 0
 
 

@@ -437,12 +437,12 @@ class BrokerConnection(ConnectionBase):
         for memory that time out or find the queue full are retried with
         backoff until the connection or the watcher closes; they never fail
         the request."""
-        self._check_namespace(watcher.ns)
         if not created and not watcher.ready:
             raise protocol.RequestError(ServerError.ServiceNotReady,
                                         "Topic list watcher is already present on the connection")
         if created:
             try:
+                self._check_namespace(watcher.ns)
                 await self._init_watcher(watcher)
             except BaseException:
                 self._drop_watcher(watcher)

@@ -335,6 +335,20 @@ def test_watchers_are_capped_per_connection_and_their_sets_accounted():
     asyncio.run(main())
 
 
+def test_a_refused_watch_does_not_count_against_the_cap():
+    async def main():
+        cfg = TopicListConfig(watchers_per_connection=1)
+        async with running(Broker(cfg, store=store_with())) as b:
+            c = await protocol.ClientConnection.open(b.service_url)
+            for _ in range(3):
+                with pytest.raises(protocol.RequestError) as e:
+                    await c.watch("public/nope", ".*", watcher_id=1)
+                assert e.value.code == ServerError.MetadataError
+            assert sorted((await c.watch(NS, ".*", watcher_id=1)).topic) == TOPICS[:3]
+            await c.close()
+    asyncio.run(main())
+
+
 def test_watchers_wait_for_the_watchers_budget_and_hold_no_heap_meanwhile():
     """With the budget taken, a watch waits (its waits time out and are
     retried with backoff, as for heap memory) without holding heap permits,
