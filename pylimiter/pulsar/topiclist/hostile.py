@@ -2,7 +2,8 @@
 do to everybody else.  Used by the hostile-client tests and by
 benchmarks/topiclist_attacks.py; an operator can point them at a test broker
 to see what a setting does.  Loopback only by intent: every attack is
-bounded in connections, bytes and time, and ends when its task is cancelled.
+bounded in connections, bytes and time, ends when its task is cancelled, and
+refuses a service that is not on loopback.
 
 Each attack is an async function that sets itself up, then holds what it made
 the server hold until cancelled, closing its connections on the way out:
@@ -19,6 +20,7 @@ the server hold until cancelled, closing its connections on the way out:
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import os
 import re
 import signal
@@ -42,8 +44,10 @@ SMALL_RCVBUF = 4096
 async def connect(url: str, *, rcvbuf: Optional[int] = None,
                   timeout: float = 10.0) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
     """A raw connection after CONNECT/CONNECTED (rcvbuf: SO_RCVBUF set
-    before connecting, for clients that will not read)."""
+    before connecting, for clients that will not read).  ValueError for a
+    service that is not on this machine's loopback: these are test tools."""
     host, port = protocol.parse_url(url)
+    check_loopback(host)
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     if rcvbuf:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
@@ -68,6 +72,16 @@ async def connect(url: str, *, rcvbuf: Optional[int] = None,
         writer.transport.abort()
         raise protocol.ProtocolError("no CONNECTED")
     return reader, writer
+
+
+def check_loopback(host: str) -> None:
+    """ValueError unless every address of `host` is a loopback address."""
+    try:
+        addrs = {info[4][0] for info in socket.getaddrinfo(host, None)}
+    except socket.gaierror as exc:
+        raise ValueError(f"cannot resolve {host}: {exc}") from None
+    if not addrs or not all(ipaddress.ip_address(a.split("%")[0]).is_loopback for a in addrs):
+        raise ValueError(f"hostile clients attack services on loopback only, not {host}")
 
 
 def _abort_all(writers) -> None:

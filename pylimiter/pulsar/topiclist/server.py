@@ -87,6 +87,8 @@ TOPIC_LIST_REQUESTS = (CommandType.GET_TOPICS_OF_NAMESPACE, CommandType.WATCH_TO
 READ_AHEAD = 16 * 1024
 #: Commands a read loop handles before it waits for a fair turn.
 READ_BATCH = 16
+#: The most one batch is charged (s): 16 commands with megabyte frames.
+MAX_BATCH_CHARGE = 0.1
 #: How long stop() lets connections finish their teardown (what stop()
 #: waits for in all stays under 3 s, so SIGTERM exits within 5 s).
 STOP_GRACE = 2.0
@@ -482,9 +484,10 @@ class ConnectionBase(Owner):
                     # Pipelined commands are all in the buffer: without this
                     # one connection would run them all in one iteration.
                     # Its next batch waits for a fair turn, charged with
-                    # what this one took (wall time: an await inside
-                    # counts too, which only slows this connection down).
-                    self.cpu_used += time.perf_counter() - batch_start
+                    # what this one took: wall time, awaits included, so
+                    # capped, lest a wait for a slow reader's drain count
+                    # as CPU and push the connection back for long.
+                    self.cpu_used += min(time.perf_counter() - batch_start, MAX_BATCH_CHARGE)
                     await self.service.fair.pace(self)
                     batch_start = time.perf_counter()
         except (ConnectionError, OSError) as exc:

@@ -72,6 +72,16 @@ async def read_until_closed(r, timeout: float) -> bool:
         return False
 
 
+def test_hostile_clients_attack_loopback_only():
+    hostile.check_loopback("127.0.0.1")
+    hostile.check_loopback("localhost")
+    for host in ("192.0.2.1", "10.0.0.1"):
+        with pytest.raises(ValueError, match="loopback only"):
+            hostile.check_loopback(host)
+    with pytest.raises(ValueError, match="loopback only"):
+        asyncio.run(hostile.connect("pulsar://192.0.2.1:6650"))
+
+
 def served_within(probes, bound: float):
     """(all served within bound, a description for the assertion)."""
     bad = [(round(p.seconds, 3), p.outcome) for p in probes
