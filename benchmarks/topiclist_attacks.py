@@ -13,8 +13,8 @@ heap and direct pools of the given MiB; on the `after` side the inbound and
 watcher budgets get the same size, or stay at their defaults for `default`).
 Its idle RSS is read, the kernel's high-water mark reset
 (/proc/PID/clear_refs = 5); the attack starts (pylimiter.pulsar.topiclist.
-hostile, on an event loop of its own in a thread), and after a warm-up an
-honest client connects, lists the namespace
+hostile, in a process of its own), and after a warm-up an honest client
+connects, lists the namespace
 and closes, every 0.25 s for --duration s (each probe bounded by 30 s, so a
 probe that waits on a 25 s permit timeout shows as such).  Then the attack
 stops, the broker gets SIGTERM (time to exit measured), and VmHWM gives its
@@ -28,8 +28,9 @@ through the proxy (each waits up to 300 s).  Its latency columns are the
 
 The two sides alternate, order flipped every round; figures are medians over
 rounds.  Results: benchmarks/results/topiclist_attacks.csv and a Markdown
-table on stdout.  Excluded: the clients' own memory and CPU (they run in this
-process, on the same 2 cores as the broker, on both sides alike).
+table on stdout.  Excluded: the attacking clients' memory (they run in a
+process of their own, on the same 2 cores as the broker, on both sides
+alike).
 """
 
 from __future__ import annotations
@@ -51,29 +52,22 @@ NS = "public/default"
 TOPICS = 1000
 
 
-def _attack(name: str, url: str, storm: hostile.WatcherStorm):
-    """The attack coroutine for a name (each as described in issue 19)."""
-    if name == "non-reader":
-        return hostile.non_reader(url, NS, requests=8000)
-    if name == "subscribe-names":
-        return hostile.subscribe_names(url, frames=60)
-    if name == "partial-frames":
-        return hostile.partial_frames(url, connections=100)
-    if name == "pipelined-lookups":
-        return hostile.pipelined_lookups(url, count=500_000)
-    if name == "watchers":
-        return hostile.watchers(url, NS, count=5000, per_connection=5000, result=storm)
-    if name == "watcher-storm":
-        return hostile.watchers(url, NS, count=20_000, per_connection=100, result=storm)
-    if name == "all-memory":
-        async def together():
-            await asyncio.gather(
-                hostile.subscribe_names(url, frames=60),
-                hostile.partial_frames(url, connections=100),
-                hostile.pipelined_lookups(url, count=500_000),
-                hostile.watchers(url, NS, count=5000, per_connection=5000, result=storm))
-        return together()
-    raise ValueError(name)
+def _attack(name: str, url: str) -> hostile.AttackProcess:
+    """The attack of a name (each as described in issue 19), in a process
+    of its own."""
+    specs = {
+        "non-reader": [("non_reader", dict(url=url, namespace=NS, requests=8000))],
+        "subscribe-names": [("subscribe_names", dict(url=url, frames=60))],
+        "partial-frames": [("partial_frames", dict(url=url, connections=100))],
+        "pipelined-lookups": [("pipelined_lookups", dict(url=url, count=500_000))],
+        "watchers": [("watchers", dict(url=url, namespace=NS, count=5000,
+                                       per_connection=5000))],
+        "watcher-storm": [("watchers", dict(url=url, namespace=NS, count=20_000,
+                                            per_connection=100))],
+    }
+    specs["all-memory"] = (specs["subscribe-names"] + specs["partial-frames"]
+                           + specs["pipelined-lookups"] + specs["watchers"])
+    return hostile.AttackProcess(*specs[name])
 
 
 ATTACKS = ("non-reader", "subscribe-names", "partial-frames", "pipelined-lookups", "watchers",
@@ -127,7 +121,7 @@ def measure_proxy(tree: Path, side: str, pools: str, topics_file: Path) -> dict:
             "outcomes": f"responses {res.responses}, TooManyRequests "
                         f"{res.too_many_requests}, other {res.other_errors}",
             "growth_mib": round((peak - base) / MB, 1), "sigterm_exit_s": round(exit_s, 2),
-            "watchers_created": 0}
+            "watcher_answers": 0}
 
 
 def measure(tree: Path, side: str, attack: str, pools: str, duration: float) -> dict:
@@ -141,13 +135,13 @@ def measure(tree: Path, side: str, attack: str, pools: str, duration: float) -> 
         finally:
             topics_file.unlink()
     svc = hostile.ServiceProcess("broker", *broker_args(pools, side == "after"), tree=str(tree))
-    storm = hostile.WatcherStorm()
+    attacker = _attack(attack, svc.url)
     try:
         time.sleep(0.5)
         base = svc.rss()
         svc.reset_peak()
-        probes = asyncio.run(hostile.probe_during(lambda: _attack(attack, svc.url, storm),
-                                                  svc.url, NS, duration=duration, warmup=3.0))
+        probes = asyncio.run(hostile.probe_during(attacker, svc.url, NS, duration=duration,
+                                                  warmup=3.0))
         peak = svc.peak()
     finally:
         exit_s, _, _ = svc.stop()
@@ -159,7 +153,7 @@ def measure(tree: Path, side: str, attack: str, pools: str, duration: float) -> 
             "max_s": max(lat) if lat else None,
             "outcomes": ",".join(sorted({p.outcome for p in probes})),
             "growth_mib": round((peak - base) / MB, 1), "sigterm_exit_s": round(exit_s, 2),
-            "watchers_created": storm.created}
+            "watcher_answers": attacker.progress.value}
 
 
 def median_rows(rows):
@@ -172,7 +166,7 @@ def median_rows(rows):
         for f in ("p50_s", "p99_s", "max_s", "growth_mib", "sigterm_exit_s"):
             vals = [r[f] for r in rs if r[f] is not None]
             m[f] = round(statistics.median(vals), 3) if vals else None
-        for f in ("probes", "served", "watchers_created"):
+        for f in ("probes", "served", "watcher_answers"):
             m[f] = sum(r[f] for r in rs)
         m["rounds"] = len(rs)
         out.append(m)

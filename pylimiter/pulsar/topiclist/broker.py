@@ -505,16 +505,20 @@ class BrokerConnection(ConnectionBase):
         the set; retried with backoff when memory cannot be had.  The budget
         comes first so that a watcher waiting for it holds no heap permit:
         a storm of watchers waits there, not in the heap pool's queue where
-        listings wait too."""
+        listings wait too; and WATCH_INITS at most list and match at once,
+        so that the heap they hold over several turns stays small."""
         ns, mode = watcher.ns, Mode.PERSISTENT
         while True:
             self._check_watcher(watcher)
             failure = None
             dual = self.limiter.dual
             heap = None
+            init = None
             try:
                 expected = self.service.estimates.get((ns, mode), INITIAL_ESTIMATE)
                 await self._watcher_memory(watcher, WATCHER_BASE_COST + expected)
+                init = await self.service.watch_inits.acquire(
+                    1, is_cancelled=lambda: self._cancelled(watcher))
                 heap = await self.limited_heap((ns, mode), dual,
                                                lambda: self._cancelled(watcher))
                 topics, actual = await self.step(self._listen, watcher, ns, mode)
@@ -531,6 +535,8 @@ class BrokerConnection(ConnectionBase):
             finally:
                 if heap is not None:
                     dual.release(heap)
+                if init is not None:
+                    self.service.watch_inits.release(init)
             if failure is None:
                 self.backoff.reset()
                 watcher.ready = True

@@ -15,7 +15,8 @@ waiting owner (a connection) that has used the least CPU, so a new or quiet
 connection goes before the busy ones instead of queueing behind them.  An
 owner's claim is its CPU used, but never less than the claim last served
 minus CREDIT: a connection idle for an hour does not get an hour of
-priority, only a head start.
+priority, only a head start.  A closed connection's waits fail at once
+(ConnectionResetError) instead of running steps nobody will read.
 """
 
 from __future__ import annotations
@@ -38,6 +39,14 @@ class Owner:
         #: seconds of steps this owner has run
         self.cpu_used = 0.0
 
+    def is_closed(self) -> bool:
+        """Whether the owner is gone: its waits fail, its steps do not run."""
+        return False
+
+
+def _gone() -> ConnectionResetError:
+    return ConnectionResetError("the connection closed while waiting for a turn")
+
 
 class FairShare:
     """One turn at a time, least-served owner first (see the module doc)."""
@@ -46,9 +55,10 @@ class FairShare:
     CREDIT = 0.05
 
     def __init__(self) -> None:
-        # (claim, arrival, future): a heap; cancelled waits stay in it until
-        # popped (skipped then), which keeps cancellation O(1).
-        self._waiting: list[tuple[float, int, asyncio.Future]] = []
+        # (claim, arrival, future, owner): a heap; cancelled waits and
+        # those of closed owners stay in it until popped (skipped or failed
+        # then), which keeps cancellation O(1); drop_closed() sweeps.
+        self._waiting: list[tuple[float, int, asyncio.Future, Owner]] = []
         self._busy = False
         self._arrivals = itertools.count()
         self._floor = 0.0
@@ -64,7 +74,8 @@ class FairShare:
     async def run(self, owner: Owner, fn: Callable[..., T], *args: Any) -> T:
         """Run the synchronous step fn(*args) in one of owner's turns and
         return its result.  A step should be bounded (milliseconds): the
-        loop serves nothing else while it runs."""
+        loop serves nothing else while it runs.  ConnectionResetError,
+        without running it, if the owner is closed before its turn."""
         await self._turn(owner)
         t0 = time.perf_counter()
         try:
@@ -82,7 +93,26 @@ class FairShare:
         await self._turn(owner)
         self._next()
 
+    def drop_closed(self) -> None:
+        """Fail the waits of every closed owner now (a service stopping:
+        their steps would be wasted, and others wait behind them)."""
+        keep = []
+        for entry in self._waiting:
+            fut, owner = entry[2], entry[3]
+            if fut.done():
+                continue
+            if owner.is_closed():
+                fut.set_exception(_gone())
+            else:
+                keep.append(entry)
+        heapq.heapify(keep)
+        self._waiting = keep
+        if not self._busy:
+            self._next()
+
     async def _turn(self, owner: Owner) -> None:
+        if owner.is_closed():
+            raise _gone()
         self.turns += 1
         if not self._busy and not self._waiting:
             self._busy = True
@@ -96,21 +126,26 @@ class FairShare:
             return
         fut = asyncio.get_running_loop().create_future()
         claim = max(owner.cpu_used, self._floor - self.CREDIT)
-        heapq.heappush(self._waiting, (claim, next(self._arrivals), fut))
+        heapq.heappush(self._waiting, (claim, next(self._arrivals), fut, owner))
         try:
             await fut
         except BaseException:
-            if fut.done() and not fut.cancelled():
+            if fut.done() and not fut.cancelled() and fut.exception() is None:
                 self._next()     # granted, then cancelled: pass the turn on
             else:
-                fut.cancel()     # skipped when popped
+                fut.cancel()     # skipped when popped (a no-op if failed)
             raise
 
     def _next(self) -> None:
         while self._waiting:
-            claim, _, fut = heapq.heappop(self._waiting)
-            if not fut.done():
-                self._floor = claim
-                fut.set_result(None)
-                return
+            claim, _, fut, owner = heapq.heappop(self._waiting)
+            if fut.done():
+                continue
+            if owner.is_closed():
+                fut.set_exception(_gone())
+                continue
+            self._floor = claim
+            self._busy = True
+            fut.set_result(None)
+            return
         self._busy = False

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import ipaddress
+import multiprocessing
 import os
 import re
 import signal
@@ -28,10 +29,9 @@ import socket
 import struct
 import subprocess
 import sys
-import threading
 import time
 from dataclasses import dataclass, field
-from typing import Awaitable, Callable, Optional
+from typing import Callable, Optional
 
 from . import protocol
 from .protocol import CommandType, ServerError
@@ -287,65 +287,78 @@ async def probe(url: str, namespace: str, *, timeout: float = 30.0) -> Probe:
     return Probe(time.perf_counter() - t0, outcome)
 
 
-class AttackThread:
-    """An attack on an event loop of its own, in a thread, so that what it
-    costs the client side does not delay the honest client's own loop (the
-    GIL is shared, in slices of milliseconds)."""
+#: What an AttackProcess can run, by name (keyword arguments as above).
+ATTACKS = {"non_reader": non_reader, "subscribe_names": subscribe_names,
+           "partial_frames": partial_frames, "pipelined_lookups": pipelined_lookups,
+           "watchers": watchers}
 
-    def __init__(self, make: Callable[[], Awaitable]):
-        self.loop = asyncio.new_event_loop()
-        self.error: Optional[BaseException] = None
-        self._task: Optional[asyncio.Task] = None
-        self._thread = threading.Thread(target=self._run, args=(make,), daemon=True,
-                                        name="hostile-client")
 
-    def _run(self, make) -> None:
-        asyncio.set_event_loop(self.loop)
-        try:
-            self._task = self.loop.create_task(make())
-            self.loop.run_until_complete(self._task)
-        except asyncio.CancelledError:
-            pass
-        except BaseException as exc:       # reported by failed(), raised by stop()
-            self.error = exc
-        finally:
-            # The aborted connections close in callbacks of this loop: let
-            # them run, or their transports would be left unclosed.
-            self.loop.run_until_complete(asyncio.sleep(0.01))
-            self.loop.run_until_complete(self.loop.shutdown_asyncgens())
-            self.loop.close()
+class AttackProcess:
+    """Attacks in a process of their own, all at once: what they cost the
+    client side (CPU, memory, the GIL) is not the measuring process's.
+    Each attack is (name in ATTACKS, keyword arguments).  `progress` counts
+    the answers its watcher storms have read, for a ready() condition."""
 
-    def start(self) -> "AttackThread":
-        """Start the attack."""
-        self._thread.start()
+    def __init__(self, *attacks: tuple[str, dict]):
+        for name, _ in attacks:
+            if name not in ATTACKS:
+                raise ValueError(f"unknown attack {name!r}; choose from {', '.join(ATTACKS)}")
+        ctx = multiprocessing.get_context("spawn")
+        self.progress = ctx.Value("q", 0, lock=False)
+        self._proc = ctx.Process(target=_run_attacks, args=(list(attacks), self.progress),
+                                 daemon=True, name="hostile-client")
+
+    def start(self) -> "AttackProcess":
+        """Start the attacks."""
+        self._proc.start()
         return self
 
     def failed(self) -> bool:
-        """Whether the attack ended with an error."""
-        return not self._thread.is_alive() and self.error is not None
+        """Whether the attack process ended with an error."""
+        code = self._proc.exitcode
+        return code is not None and code not in (0, -signal.SIGTERM)
 
     def stop(self, timeout: float = 30.0, check: bool = True) -> None:
-        """Cancel the attack (it closes its connections) and wait for it;
-        raises what it failed with, if it did and `check`."""
-        if self._thread.is_alive():
-            try:
-                self.loop.call_soon_threadsafe(lambda: self._task and self._task.cancel())
-            except RuntimeError:           # the loop closed meanwhile
-                pass
-            self._thread.join(timeout)
-        if check and self.error is not None:
-            raise self.error
+        """End the attacks (SIGTERM: the system closes their connections);
+        RuntimeError if they had failed and `check`."""
+        if self._proc.is_alive():
+            self._proc.terminate()
+            self._proc.join(timeout)
+        if self._proc.is_alive():
+            self._proc.kill()
+            self._proc.join()
+        if check and self.failed():
+            raise RuntimeError(f"the attacks failed (exit status {self._proc.exitcode}; "
+                               "the traceback is on stderr)")
 
 
-async def probe_during(make_attack: Callable[[], Awaitable], url: str, namespace: str, *,
-                       duration: float, interval: float = 0.25, warmup: float = 1.0,
-                       timeout: float = 30.0,
+def _run_attacks(attacks, progress) -> None:
+    """The body of an AttackProcess."""
+    async def main():
+        storm = WatcherStorm()
+
+        async def report():
+            while True:
+                progress.value = storm.created + sum(storm.refused.values())
+                await asyncio.sleep(0.05)
+        reporter = asyncio.ensure_future(report())
+        try:
+            await asyncio.gather(*(ATTACKS[name](**(dict(kw, result=storm)
+                                                    if name == "watchers" else kw))
+                                   for name, kw in attacks))
+        finally:
+            reporter.cancel()
+    asyncio.run(main())
+
+
+async def probe_during(attack: AttackProcess, url: str, namespace: str, *, duration: float,
+                       interval: float = 0.25, warmup: float = 1.0, timeout: float = 30.0,
                        ready: Optional[Callable[[], bool]] = None) -> list[Probe]:
-    """Run the attack `make_attack()` in an AttackThread; once `ready()` (or
-    after `warmup` s), probe the service every `interval` s for `duration`
-    s (one probe at a time, each bounded by `timeout`), then stop the
-    attack.  The probes."""
-    attack = AttackThread(make_attack).start()
+    """Start `attack`; once `ready()` (or after `warmup` s), probe the
+    service every `interval` s for `duration` s (one probe at a time, each
+    bounded by `timeout`), then stop the attack (raising if it failed).
+    The probes."""
+    attack.start()
     probes: list[Probe] = []
     try:
         t0 = time.monotonic()

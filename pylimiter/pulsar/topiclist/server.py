@@ -89,6 +89,8 @@ READ_AHEAD = 16 * 1024
 READ_BATCH = 16
 #: The most one batch is charged (s): 16 commands with megabyte frames.
 MAX_BATCH_CHARGE = 0.1
+#: Watch creations listing and matching at once (see ServiceBase).
+WATCH_INITS = 4
 #: How long stop() lets connections finish their teardown (what stop()
 #: waits for in all stays under 3 s, so SIGTERM exits within 5 s).
 STOP_GRACE = 2.0
@@ -139,6 +141,10 @@ class ServiceBase:
             config.watchers_bytes, max_queue_size=config.heap_queue,
             timeout=config.heap_timeout_ms / 1000.0)
         self.fair = FairShare()
+        #: watch creations holding heap memory at once: each holds it over
+        #: several fair turns, so a storm of them would keep the heap pool
+        #: full for every listing
+        self.watch_inits = AsyncSemaphore(WATCH_INITS, max_queue_size=0, timeout=None)
         self.client_log = RateLimitedLog(log)
         #: what the guards did, for /admin/stats
         self.guards = {"refused_over_request_cap": 0, "write_timeouts": 0,
@@ -149,6 +155,7 @@ class ServiceBase:
         self.counters = {"requests": 0, **{k: 0 for k in OUTCOMES}}
         self._server: Optional[asyncio.AbstractServer] = None
         self._handlers: set[asyncio.Task] = set()
+        self._stopping = False
         self._runner = None
         from prometheus_client import CollectorRegistry
 
@@ -184,16 +191,28 @@ class ServiceBase:
 
     async def stop(self):
         """Stop listening, close every connection and let each finish its
-        teardown (requests in flight end as cancelled, permits go back)."""
+        teardown (requests in flight end as cancelled, permits go back).
+        A connection accepted meanwhile is closed too; what has not ended
+        after STOP_GRACE is cancelled."""
+        self._stopping = True
         if self._server is not None:
             self._server.close()
-        for conn in list(self.connections):
-            conn.abort()
-        if self._handlers:
-            await asyncio.wait(list(self._handlers), timeout=STOP_GRACE)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + STOP_GRACE
+        while self._handlers and loop.time() < deadline:
+            for conn in list(self.connections):
+                conn.abort()
+            self.fair.drop_closed()
+            await asyncio.wait(list(self._handlers),
+                               timeout=min(0.2, max(0.0, deadline - loop.time())))
+        left = list(self._handlers)
+        for t in left:
+            t.cancel()
+        if left:
+            await asyncio.wait(left, timeout=0.5)
         if self._server is not None:
             # From 3.12 this also waits for every connection to be closed,
-            # which the aborts above have done or will do shortly.
+            # which the aborts above have done.
             try:
                 await asyncio.wait_for(self._server.wait_closed(), 0.5)
             except asyncio.TimeoutError:
@@ -203,12 +222,21 @@ class ServiceBase:
             self._runner = None
 
     async def _accept(self, reader, writer):
+        if self._stopping:
+            writer.transport.abort()
+            return
         task = asyncio.current_task()
         self._handlers.add(task)
         conn = self.make_connection(reader, writer)
         self.connections.add(conn)
         try:
             await conn.run()
+        except asyncio.CancelledError:
+            # Only stop() cancels a handler, its teardown done (run() ends
+            # in it).  Before 3.12 asyncio's streams report a cancelled
+            # handler as an unhandled error on stderr, so it ends quietly.
+            if sys.version_info >= (3, 12):
+                raise
         finally:
             self.connections.discard(conn)
             self._handlers.discard(task)

@@ -134,3 +134,18 @@ def wait_for(pred, timeout=20.0) -> bool:
             return False
         time.sleep(0.05)
     return True
+
+
+async def read_frame(r, timeout: float = 30.0):
+    """The next command and its size, any frame size; a test that waits
+    for an answer that never comes fails instead of hanging."""
+    return await asyncio.wait_for(protocol.read_command(r, protocol.ANY_FRAME), timeout)
+
+
+def close_client(client, timeout: float = 30.0) -> None:
+    """pulsar.Client.close(), which can block for as long as a broker
+    leaves it waiting: bounded, so that a test fails instead of hanging."""
+    t = threading.Thread(target=client.close, daemon=True)
+    t.start()
+    t.join(timeout)
+    assert not t.is_alive(), f"pulsar.Client.close() still blocked after {timeout} s"

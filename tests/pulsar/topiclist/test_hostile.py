@@ -37,15 +37,17 @@ from pylimiter.pulsar.topiclist.server import READ_AHEAD  # noqa: E402
 
 from .kit import (  # noqa: E402
     HEAP,
-    Background,
     NS,
     TOPICS,
+    Background,
     ahttp,
     assert_all_back,
+    close_client,
     get_topics_cmd,
     outcomes_add_up,
     pool,
     raw_connect,
+    read_frame,
     running,
     store_with,
     subscribed,
@@ -103,18 +105,18 @@ def test_requests_over_the_connection_cap_are_refused_at_once_holding_nothing():
             hold = await b.limiter.dual.acquire(heap.max_permits, HEAP)
             r, w, _ = await raw_connect(b.port)
             w.write(b"".join(protocol.encode(get_topics_cmd(i)) for i in range(1, 11)))
-            refused = [(await protocol.read_command(r))[0] for _ in range(6)]
+            refused = [(await read_frame(r))[0] for _ in range(6)]
             assert [c.type for c in refused] == [CommandType.ERROR] * 6
             assert [c.error.request_id for c in refused] == list(range(5, 11))
             assert {c.error.error for c in refused} == {ServerError.TooManyRequests}
             assert "max 4" in refused[0].error.message
             assert heap.queue_size == 4 and heap.acquired_permits == heap.max_permits
             b.limiter.dual.release(hold)
-            served = [(await protocol.read_command(r))[0] for _ in range(4)]
+            served = [(await read_frame(r))[0] for _ in range(4)]
             assert sorted(c.getTopicsOfNamespaceResponse.request_id for c in served) == \
                 [1, 2, 3, 4]
             w.write(protocol.encode(get_topics_cmd(11)))        # room again
-            again, _ = await protocol.read_command(r)
+            again, _ = await read_frame(r)
             assert again.getTopicsOfNamespaceResponse.request_id == 11
             w.close()
             await until(lambda: not b.connections)
@@ -161,7 +163,7 @@ def test_a_slow_reader_within_the_deadline_is_served():
             r, w = await hostile.connect(b.service_url, rcvbuf=hostile.SMALL_RCVBUF)
             w.write(hostile.list_frame(1, NS))
             await asyncio.sleep(1.0)             # nothing read for 1 s
-            resp, _ = await protocol.read_command(r, protocol.ANY_FRAME)
+            resp, _ = await read_frame(r)
             assert len(resp.getTopicsOfNamespaceResponse.topics) == 20_000
             assert b.stats()["guards"]["write_timeouts"] == 0
             w.close()
@@ -176,9 +178,10 @@ def test_an_honest_client_is_served_within_2s_while_one_client_does_not_read(poo
     async def main():
         cfg = TopicListConfig(heap_mb=pools_mb, direct_mb=pools_mb)
         async with running(Broker(cfg, store=store_with(generated_topics(NS, 1000)))) as b:
+            attack = hostile.AttackProcess(
+                ("non_reader", dict(url=b.service_url, namespace=NS, requests=8000)))
             probes = await hostile.probe_during(
-                lambda: hostile.non_reader(b.service_url, NS, requests=8000),
-                b.service_url, NS, duration=5.0, interval=0.2, timeout=30.0,
+                attack, b.service_url, NS, duration=5.0, interval=0.2, timeout=30.0,
                 ready=lambda: b.stats()["guards"]["refused_over_request_cap"] > 0)
             ok, why = served_within(probes, 2.0)
             assert ok, why
@@ -221,7 +224,7 @@ def test_names_are_length_checked_and_text_before_anything_keeps_them():
             w.write(protocol.encode(protocol.cmd(
                 CommandType.WATCH_TOPIC_LIST, "watchTopicList", request_id=6, watcher_id=1,
                 namespace="p/" + "n" * 100, topics_pattern=".*")))
-            got = [(await protocol.read_command(r))[0] for _ in range(6)]
+            got = [(await read_frame(r))[0] for _ in range(6)]
             assert [g.error.request_id for g in got] == [1, 2, 3, 4, 5, 6]
             assert {g.error.error for g in got} == {ServerError.InvalidTopicName}
             assert "longer than maximum: 100" in got[0].error.message
@@ -230,7 +233,7 @@ def test_names_are_length_checked_and_text_before_anything_keeps_them():
             assert conn.consumers == {} and conn.watchers == {}
             for cid in (1, 2, 3):                 # the cap: two consumers
                 w.write(protocol.encode(subscribe(TOPICS[0], cid, 10 + cid)))
-            got = [(await protocol.read_command(r))[0] for _ in range(3)]
+            got = [(await read_frame(r))[0] for _ in range(3)]
             assert [g.type for g in got] == [CommandType.SUCCESS] * 2 + [CommandType.ERROR]
             assert got[2].error.error == ServerError.NotAllowedError
             assert sorted(conn.consumers) == [1, 2]
@@ -412,12 +415,12 @@ def test_a_watcher_coalesces_changes_its_client_has_not_taken():
 FIXED_OVERHEAD = 32 * MB
 
 
-async def _all_memory_attacks(url):
-    await asyncio.gather(
-        hostile.subscribe_names(url, frames=60),
-        hostile.partial_frames(url, connections=100),
-        hostile.pipelined_lookups(url, count=500_000),
-        hostile.watchers(url, NS, count=5000, per_connection=5000))
+def _all_memory_attacks(url):
+    return hostile.AttackProcess(
+        ("subscribe_names", dict(url=url, frames=60)),
+        ("partial_frames", dict(url=url, connections=100)),
+        ("pipelined_lookups", dict(url=url, count=500_000)),
+        ("watchers", dict(url=url, namespace=NS, count=5000, per_connection=5000)))
 
 
 @pytest.mark.slow
@@ -434,8 +437,8 @@ def test_all_four_memory_attacks_at_once_stay_under_the_budgets():
         time.sleep(0.5)
         base = svc.rss()
         svc.reset_peak()
-        probes = asyncio.run(hostile.probe_during(lambda: _all_memory_attacks(svc.url),
-                                                  svc.url, NS, duration=8.0, warmup=5.0))
+        probes = asyncio.run(hostile.probe_during(_all_memory_attacks(svc.url), svc.url, NS,
+                                                  duration=8.0, warmup=5.0))
         growth = svc.peak() - base
     finally:
         _, status, err = svc.stop()
@@ -475,6 +478,26 @@ def test_fair_share_serves_the_least_served_owner_first():
         await asyncio.gather(blocker, after, gone, return_exceptions=True)
         assert "never" not in order and order[-1] == "after"
         assert fair.waiting == 0
+
+        # A closed owner's waits fail without running their steps, at its
+        # turn or at once with drop_closed().
+        class Closing(Owner):
+            closed = False
+
+            def is_closed(self):
+                return self.closed
+
+        gone, other = Closing(), Owner()
+        blocker = asyncio.ensure_future(step(other, "y"))
+        lost = [asyncio.ensure_future(step(gone, f"lost-{i}")) for i in range(3)]
+        await asyncio.sleep(0)
+        gone.closed = True
+        fair.drop_closed()
+        results = await asyncio.gather(blocker, *lost, return_exceptions=True)
+        assert all(isinstance(r, ConnectionResetError) for r in results[1:])
+        assert not any(o.startswith("lost") for o in order) and fair.waiting == 0
+        with pytest.raises(ConnectionResetError):
+            await fair.run(gone, order.append, "late")
     asyncio.run(main())
 
 
@@ -496,24 +519,21 @@ def test_new_connections_are_served_within_1s_during_a_watcher_storm_and_sigterm
     accepted and its listing served within 1 s, every time; SIGTERM in the
     middle of the storm stops the broker within 5 s, cleanly."""
     proc, url, admin = _start_cli_broker("--topics", "1000")
+    storm = dict(url=url, namespace=NS, count=20_000, per_connection=100)
+    attack = None
     try:
-        storm = hostile.WatcherStorm()
-
-        async def main():
-            return await hostile.probe_during(
-                lambda: hostile.watchers(url, NS, count=20_000, per_connection=100,
-                                         result=storm),
-                url, NS, duration=6.0, interval=0.2, timeout=30.0,
-                ready=lambda: storm.created + sum(storm.refused.values()) > 1000)
-        attack = None
-        probes = asyncio.run(main())
+        first = hostile.AttackProcess(("watchers", storm))
+        probes = asyncio.run(hostile.probe_during(
+            first, url, NS, duration=6.0, interval=0.2, timeout=30.0,
+            ready=lambda: first.progress.value > 1000))
         ok, why = served_within(probes, 1.0)
         assert ok, why
-        assert storm.created + sum(storm.refused.values()) > 1000    # it was a storm
         # SIGTERM with the storm going on again
-        attack = hostile.AttackThread(lambda: hostile.watchers(
-            url, NS, count=20_000, per_connection=100)).start()
-        time.sleep(2.0)
+        attack = hostile.AttackProcess(("watchers", storm)).start()
+        t0 = time.monotonic()
+        while attack.progress.value < 1000 and time.monotonic() - t0 < 60:
+            time.sleep(0.05)
+        assert attack.progress.value >= 1000, "the storm did not start"
         t0 = time.monotonic()
         os.kill(proc.pid, signal.SIGTERM)
         out, err = proc.communicate(timeout=30)
@@ -635,12 +655,12 @@ def test_a_pattern_that_is_not_utf8_is_invalid_topic_name_logged_once(via_proxy,
                     CommandType.WATCH_TOPIC_LIST, "watchTopicList", request_id=51 + i,
                     watcher_id=i, namespace=NS, topics_pattern="QQQQ")) for i in range(10)]
             w.write(b"".join(frames))
-            got = [(await protocol.read_command(r))[0] for _ in frames]
+            got = [(await read_frame(r))[0] for _ in frames]
             assert {g.type for g in got} == {CommandType.ERROR}
             assert {g.error.error for g in got} == {ServerError.InvalidTopicName}
             assert all("not valid UTF-8" in g.error.message for g in got)
             w.write(protocol.encode(get_topics_cmd(99)))      # still serving
-            ok, _ = await protocol.read_command(r)
+            ok, _ = await read_frame(r)
             assert ok.getTopicsOfNamespaceResponse.request_id == 99
             w.close()
     with caplog.at_level(logging.INFO, logger="pylimiter.pulsar.topiclist"):
@@ -666,18 +686,17 @@ def test_the_official_client_works_while_every_attack_runs(via_proxy):
     px = bg.run(Proxy(cfg, broker_url=b.service_url).start())
     target = px.service_url if via_proxy else b.service_url
 
-    async def attacks():
-        await asyncio.gather(
-            hostile.non_reader(target, NS, requests=2000),
-            hostile.subscribe_names(b.service_url, frames=10),
-            hostile.partial_frames(target, connections=20),
-            hostile.pipelined_lookups(target, count=100_000),
-            hostile.watchers(b.service_url, NS, count=2000, per_connection=100))
-    attack = hostile.AttackThread(attacks).start()
+    attack = hostile.AttackProcess(
+        ("non_reader", dict(url=target, namespace=NS, requests=2000)),
+        ("subscribe_names", dict(url=b.service_url, frames=10)),
+        ("partial_frames", dict(url=target, connections=20)),
+        ("pipelined_lookups", dict(url=target, count=100_000)),
+        ("watchers", dict(url=b.service_url, namespace=NS, count=2000, per_connection=100)))
+    attack.start()
     client = None
     try:
-        time.sleep(2.0)
-        assert not attack.failed(), attack.error
+        time.sleep(3.0)
+        assert not attack.failed()
         client = pulsar.Client(target, operation_timeout_seconds=15,
                                logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error))
         consumer = client.subscribe(re.compile("persistent://public/default/orders-.*"),
@@ -687,7 +706,7 @@ def test_the_official_client_works_while_every_attack_runs(via_proxy):
         assert wait_for(lambda: subscribed(b) == [])
     finally:
         if client is not None:
-            client.close()
+            close_client(client)
         attack.stop()
         bg.run(px.stop())
         bg.run(b.stop())

@@ -24,6 +24,7 @@ from .kit import (  # noqa: E402
     HEAP,
     TOPICS,
     Background,
+    close_client,
     http,
     pool,
     store_with,
@@ -76,7 +77,7 @@ def test_pulsar_client_regex_subscription(pulsar_services, via_proxy):
         assert (px if via_proxy else b).counters["requests"] >= 2   # listed again
         low.close()
     finally:
-        client.close()
+        close_client(client)
     assert wait_for(lambda: not any(c.consumers for c in list(b.connections)))
     for svc in (b, px):
         assert wait_for(lambda: pool(svc, HEAP).acquired_permits == 0
