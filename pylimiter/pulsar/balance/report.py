@@ -18,21 +18,45 @@ from ...spark.report import (
 from .cluster import STRATEGIES
 from .split import MIB
 
-__all__ = ["verdict", "write_report"]
+__all__ = ["summary_rows", "verdict", "write_report"]
 
 COLORS = {"lltmr+shed": "#1f77b4", "lltmr": "#ff7f0e", "random+shed": "#2ca02c",
           "random": "#d62728"}
 LABELS = {s.key: s.label for s in STRATEGIES}
 
 
+def summary_rows(res) -> list[dict]:
+    """One row per strategy: what an operator compares."""
+    import pandas as pd
+
+    steps = pd.DataFrame(res.steps)
+    rows = []
+    n_steps = steps["step"].nunique()
+    tail_from = sorted(steps["step"].unique())[n_steps // 2]
+    for sp in STRATEGIES:
+        s = steps[steps["strategy"] == sp.key]
+        tail = s[s["step"] >= tail_from]
+        rows.append(dict(
+            strategy=sp.key, label=sp.label,
+            peak_usage_pct=float(s["max_usage"].max()),
+            mean_max_usage_pct=float(s["max_usage"].mean()),
+            mean_spread_pct=float(s["spread"].mean()),
+            late_spread_pct=float(tail["spread"].mean()),
+            mean_stdev_pct=float(s["stdev"].mean()),
+            overloaded_broker_steps=int(s["overloaded"].sum()),
+            unloads=int(s["unloads"].sum()),
+            moved_mib_per_s=float(s["moved_bytes_per_s"].sum() / MIB),
+            assignments=int(s["assignments"].sum()),
+            splits=int(s["splits"].sum())))
+    return rows
+
+
 def _frames(res):
     import pandas as pd
 
-    from .pipeline import summary_rows
-
     return (pd.DataFrame(res.steps), pd.DataFrame(res.broker_steps),
             pd.DataFrame(res.bundle_loads), pd.DataFrame(res.bundles),
-            pd.DataFrame(summary_rows(res)))
+            pd.DataFrame(res.summary))
 
 
 def verdict(summary, steps, bundle_loads, res) -> str:
