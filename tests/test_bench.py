@@ -88,7 +88,7 @@ def test_summary_fits_100_columns_and_explains_n_and_k():
     pytest.importorskip("rich")
     from rich.console import Console
 
-    from pylimiter.bench.runner import print_summary
+    from pylimiter.bench.pipeline import print_summary
 
     row = dict(scenario="uncontended-threads", impl="python", concurrency=1000, permits=10,
                median_ns=123456.0, anchor="asyncio.timeout+Semaphore", median_speedup=17.5,
@@ -107,7 +107,7 @@ def test_summary_fits_100_columns_and_explains_n_and_k():
 
 
 def test_cli_version_help_and_unwritable_out(tmp_path, capsys):
-    from pylimiter.bench.runner import main
+    from pylimiter.bench.pipeline import main
 
     with pytest.raises(SystemExit) as exit_:
         main(["--version"])
@@ -178,7 +178,7 @@ def _rows(out, name):
 def test_spark_runner_end_to_end(spark, tmp_path, capsys):
     """The whole runner on the shared session: grid, scaling, SQL summaries,
     tables and report."""
-    from pylimiter.bench.runner import main
+    from pylimiter.bench.pipeline import main
 
     out = tmp_path / "bench"
     rc = main(["--scenarios", "tasks,uncontended-threads,scaling",

@@ -160,7 +160,7 @@ def _rows(path):
 
 
 def test_simulator_end_to_end(spark, tmp_path, capsys):
-    from pylimiter.pulsar.cache.simulate import main
+    from pylimiter.pulsar.cache.pipeline import main
 
     out = tmp_path / "cache"
     rc = main(["simulate", "--workloads", "catchup,keyshared",
@@ -225,7 +225,7 @@ def test_result_rows_fit_the_schema_types():
     """Every value has the Python type of its declared Spark type (an int
     duration where a double is declared is rejected by createDataFrame)."""
     from pylimiter.pulsar.cache.replay import RESULT_FIELDS
-    from pylimiter.pulsar.cache.simulate import _typed
+    from pylimiter.pulsar.cache.pipeline import _typed
 
     res = replay(Trace("keyshared", 1, scale=0.03), "pip430", 1 << 20)   # default duration
     assert isinstance(res["sim_seconds"], (int, float))

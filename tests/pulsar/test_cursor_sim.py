@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from pylimiter.pulsar.cursor.sim import Point, run_variant, seed_rule_min
+from pylimiter.pulsar.cursor.replay import Point, run_variant, seed_rule_min
 
 TINY = {"rate": 10, "publish_min": 120, "rollover_max_min": 60, "ttl_check_min": 5, "sample_min": 5}
 
@@ -75,7 +75,10 @@ def test_seed_rule():
 # ---- command line ----------------------------------------------------------------------
 
 def test_usage_errors_are_one_line_and_exit_2(tmp_path, capsys):
-    from pylimiter.pulsar.cursor.simulate import cli
+    from pylimiter.pulsar.cursor.pipeline import PROG, main, run
+
+    def cli(argv):
+        return run(main, PROG, argv)
 
     assert cli(["simulate", "--master", "mesos://h:1", "--out", str(tmp_path)]) == 2
     err = capsys.readouterr().err
@@ -101,7 +104,7 @@ def test_cli_version_and_help():
 # ---- end to end on the shared session ---------------------------------------------------
 
 def test_simulate_end_to_end(spark, tmp_path, capsys):
-    from pylimiter.pulsar.cursor.simulate import main
+    from pylimiter.pulsar.cursor.pipeline import main
 
     out = tmp_path / "cursor"
     argv = ["simulate", "--ttl-min", "30", "--retention-min", "0,60", "--delayed-share", "0.3",

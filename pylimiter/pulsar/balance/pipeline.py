@@ -27,6 +27,7 @@ from ..._cli import (
     non_negative_int,
     positive_float,
     positive_int,
+    run,  # re-exported: __main__.py is `run(main, PROG)` and nothing else
     subparsers,
     writable_dir,
 )

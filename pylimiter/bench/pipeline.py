@@ -22,15 +22,15 @@ import time
 from pathlib import Path
 
 from .._cli import (
-    name_list,
-    number_list,
     UsageError,
     fmt_seconds,
     make_parser,
+    name_list,
     non_negative_int,
+    number_list,
     positive_float,
     positive_int,
-    run,
+    run,  # re-exported: __main__.py is `run(main, PROG)` and nothing else
     writable_dir,
 )
 from ..spark.progress import JobProgress
@@ -340,7 +340,12 @@ def _measure(session, args, trials, cores, progress):
     return summary_pdf, results_pdf, scaling_pdf, scaling_trials_pdf
 
 
-def _run(args, spark) -> int:
+def main(argv=None, *, spark=None) -> int:
+    """The CLI: returns 0; UsageError for bad input, RuntimeError when trials
+    fail or leak permits (``run`` maps them to exit status 2 and 1).
+    ``spark``: an existing session to run on (left running); by default one
+    is started for --master and stopped at the end."""
+    args = build_parser().parse_args(argv)
     preflight(args.master, spark, ["pyspark", "pandas", "pyarrow", "matplotlib", "rich"])
     trials = expand_grid(args)
     if not trials and args.scaling == 0:
@@ -376,7 +381,7 @@ def _run(args, spark) -> int:
         index = write_report(out, summary_pdf, results_pdf, scaling_pdf, scaling_trials_pdf,
                              meta={"master": args.master, "elapsed_s": elapsed,
                                    "trials": len(trials), "spark_version": spark_version,
-                                   "argv": args.argv})
+                                   "argv": list(sys.argv[1:] if argv is None else argv)})
         print(f"report: {index.resolve()}")
     print(f"data: {out.resolve()} (trials, results, summary, scaling as Parquet and CSV); "
           f"{fmt_seconds(elapsed)}")
@@ -384,13 +389,3 @@ def _run(args, spark) -> int:
         raise RuntimeError("; ".join(bad))
     return 0
 
-
-def main(argv=None, *, spark=None) -> int:
-    """The CLI.  ``spark``: an existing session to run on (left running);
-    by default one is started for --master and stopped at the end.  Exit
-    status 2 for usage errors, 1 for failures, 130 on Ctrl-C."""
-    def go(a):
-        args = build_parser().parse_args(a)
-        args.argv = list(sys.argv[1:] if a is None else a)
-        return _run(args, spark)
-    return run(go, PROG, argv)

@@ -28,7 +28,7 @@ from ..._cli import (
     number_list,
     positive_float,
     positive_int,
-    run,
+    run,  # re-exported: __main__.py is `run(main, PROG)` and nothing else
     subparsers,
     writable_dir,
 )
@@ -232,9 +232,4 @@ def main(argv: Optional[Sequence[str]] = None, *, spark=None) -> int:
     return 0
 
 
-def cli(argv: Optional[Sequence[str]] = None) -> int:
-    """Entry point: the kit's exit statuses (2 usage, 1 runtime, 130 Ctrl-C)."""
-    return run(main, PROG, argv)
-
-
-__all__ = ["main", "cli", "build_parser", "expand_grid", "UsageError"]
+__all__ = ["PROG", "UsageError", "build_parser", "expand_grid", "main", "run"]

@@ -2,10 +2,10 @@
 on Spark, one task per parameter point, and ``reports/cursor/index.html``.
 
 Each point (TTL x retention x delayed share x ack-failure rate x rollover
-size) runs four subscriptions (sim.py): Pulsar's TTL rule and ours, each
-with and without the hole compensator, on the same traffic.  The driver
-collects the small results, writes them as Parquet and CSV (``summary``,
-``series``, ``lifetimes``) and draws the report.
+size) runs four subscriptions: Pulsar's TTL rule and ours, each with and
+without the hole compensator, on the same traffic.  The driver collects the
+small results, writes them as Parquet and CSV (``summary``, ``series``,
+``lifetimes``) and draws the report.
 """
 
 from __future__ import annotations
@@ -23,12 +23,12 @@ from ..._cli import (
     non_negative_int,
     number_list,
     positive_int,
-    run,
+    run,  # re-exported: __main__.py is `run(main, PROG)` and nothing else
     subparsers,
     writable_dir,
 )
 from .lifecycle import POLICIES
-from .sim import Point, run_point
+from .replay import Point, run_point
 
 PROG = "python -m pylimiter.pulsar.cursor"
 
@@ -82,7 +82,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def points_of(args) -> list:
-    """Every combination of the sweep lists, as sim.Point (the fixed options
+    """Every combination of the sweep lists, as replay.Point (the fixed options
     shared)."""
     base = {"rate": args.rate, "publish_min": args.publish_min,
             "rollover_max_min": args.rollover_max_min, "ttl_check_min": args.ttl_check_min,
@@ -205,9 +205,4 @@ def _rows(table) -> list:
     return [dict(zip(names, r)) for r in rows]
 
 
-def cli(argv: Sequence[str] | None = None) -> int:
-    """main with the exit statuses of pylimiter._cli (2 usage, 1 runtime)."""
-    return run(main, PROG, argv)
-
-
-__all__ = ["build_parser", "cli", "main", "points_of"]
+__all__ = ["PROG", "build_parser", "main", "points_of", "run"]

@@ -1,6 +1,7 @@
-"""One subscription's message lifecycle, minute by minute, on the cursor
-library: what the simulator runs for each parameter point (no Spark here;
-``simulate`` spreads the points over Spark tasks).
+"""One subscription's message lifecycle replayed minute by minute on the
+cursor library: the pipeline's unit of work, one parameter point per Spark
+task (no Spark here; ``pipeline`` spreads the points over the tasks), as
+``replay`` is in the cache and balance packages.
 
 The model
 ---------
