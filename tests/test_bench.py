@@ -88,7 +88,7 @@ def test_summary_fits_100_columns_and_explains_n_and_k():
     pytest.importorskip("rich")
     from rich.console import Console
 
-    from pylimiter.bench.pipeline import print_summary
+    from pylimiter.bench.report import print_summary
 
     row = dict(scenario="uncontended-threads", impl="python", concurrency=1000, permits=10,
                median_ns=123456.0, anchor="asyncio.timeout+Semaphore", median_speedup=17.5,

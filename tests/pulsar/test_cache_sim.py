@@ -225,11 +225,11 @@ def test_result_rows_fit_the_schema_types():
     """Every value has the Python type of its declared Spark type (an int
     duration where a double is declared is rejected by createDataFrame)."""
     from pylimiter.pulsar.cache.replay import RESULT_FIELDS
-    from pylimiter.pulsar.cache.pipeline import _typed
+    from pylimiter.spark.rows import typed_row
 
     res = replay(Trace("keyshared", 1, scale=0.03), "pip430", 1 << 20)   # default duration
     assert isinstance(res["sim_seconds"], (int, float))
-    row = _typed(res, RESULT_FIELDS)
+    row = typed_row(res, RESULT_FIELDS)
     py = {"double": float, "long": int, "int": int, "string": str}
     for (name, kind), value in zip(RESULT_FIELDS, row):
         assert value is None or type(value) is py[kind], (name, value)

@@ -29,18 +29,20 @@ from ..._cli import (
     positive_int,
     run,  # re-exported: __main__.py is `run(main, PROG)` and nothing else
     subparsers,
-    writable_dir,
 )
 from ...spark.progress import JobProgress
 from ...spark.report import command_line
-from ...spark.session import preflight, spark_session, sql_conf, write_table
+from ...spark.rows import schema
+from ...spark.session import add_run_flags, preflight, spark_session, sql_conf, write_table
 from .cluster import STRATEGIES, BrokerCapacity, Settings
 from .generate import GeneratorSpec
 from .load import LoadWeights
-from .replay import RunResult, simulate
+from .replay import TABLES, RunResult, simulate
 from .report import summary_rows, write_report
 from .source import GeneratedSource, open_source
 from .split import MIB, SPLIT_ALGORITHMS
+
+__all__ = ["PROG", "build_parser", "main", "run", "settings_from", "write_tables"]
 
 PROG = "python -m pylimiter.pulsar.balance"
 DEFAULT_OUT = Path("reports/balance")
@@ -144,13 +146,7 @@ def build_parser() -> argparse.ArgumentParser:
     sh.add_argument("--weights", type=_weights, metavar="NAME=W,...",
                     default="cpu=1,memory=0,direct_memory=0,bandwidth_in=1,bandwidth_out=1",
                     help="loadBalancer*ResourceWeight by name (others keep Pulsar's default)")
-    run = p.add_argument_group("run")
-    run.add_argument("--master", default="local[*]",
-                     help="Spark master: local[N], spark://host:port, yarn, k8s://...")
-    run.add_argument("--out", type=writable_dir, default=DEFAULT_OUT,
-                     help="output folder (tables and index.html)")
-    run.add_argument("--no-progress", action="store_true", help="no progress bars")
-    run.add_argument("--no-report", action="store_true", help="tables only, no plots or HTML")
+    add_run_flags(p, DEFAULT_OUT, no_report=True)
     return ap
 
 
@@ -181,12 +177,9 @@ def settings_from(args) -> Settings:
 # ---- output --------------------------------------------------------------------------
 
 
-TABLES = ("steps", "brokers", "decisions", "bundle_loads", "bundles", "ownership", "summary")
-
-
-def write_tables(spark, res: RunResult, out: Path) -> list[str]:
-    """Write every table (``res.summary`` filled in) as Parquet + CSV under
-    ``out``; returns the names."""
+def write_tables(spark, res: RunResult, out: Path) -> None:
+    """Write every table (TABLES; ``res.summary`` filled in) as Parquet + CSV
+    under ``out``."""
     import pandas as pd
 
     frames = {
@@ -200,20 +193,18 @@ def write_tables(spark, res: RunResult, out: Path) -> list[str]:
         "ownership": pd.DataFrame(res.ownership),
         "summary": pd.DataFrame(res.summary),
     }
-    for name, df in frames.items():
+    for name in TABLES:
+        df = frames[name]
         if name == "decisions" and df.empty:
             df = df.astype({"step": "int64", "throughput": "float64", "msg_rate": "float64"})
         write_table(spark.createDataFrame(df) if not df.empty else _empty(spark, df), out, name)
     (out / "timings.json").write_text(json.dumps(res.timings, indent=2, sort_keys=True))
-    return list(frames)
 
 
 def _empty(spark, df):
-    from pyspark.sql import types as T
-
-    kinds = {"int64": T.LongType(), "float64": T.DoubleType(), "bool": T.BooleanType()}
-    return spark.createDataFrame([], T.StructType([
-        T.StructField(c, kinds.get(str(df[c].dtype), T.StringType())) for c in df.columns]))
+    kinds = {"int64": "long", "float64": "double", "bool": "boolean"}
+    return spark.createDataFrame([], schema([(c, kinds.get(str(df[c].dtype), "string"))
+                                             for c in df.columns]))
 
 
 # ---- the command -------------------------------------------------------------------------
@@ -277,9 +268,8 @@ def main(argv: Optional[Sequence[str]] = None, *, spark=None) -> int:
         spark_version = session.version
     if not args.no_report:
         t1 = time.perf_counter()
-        index = write_report(res, args.out, spark_version=spark_version,
-                             command=command_line(f"{PROG}", argv), tables=TABLES,
-                             source=res.source)
+        index = write_report(args.out, res, spark_version=spark_version,
+                             command=command_line(PROG, argv))
         res.timings["report_s"] = time.perf_counter() - t1
     res.timings["total_s"] = time.perf_counter() - t_all
     (args.out / "timings.json").write_text(json.dumps(res.timings, indent=2, sort_keys=True))

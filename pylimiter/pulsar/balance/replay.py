@@ -19,10 +19,12 @@ from ...spark.progress import StepProgress
 from .cluster import STRATEGIES, ZERO, BundleSample, Settings, Simulation
 from .split import TopicStats
 
-__all__ = ["MAX_BATCH", "RunResult", "simulate"]
+__all__ = ["MAX_BATCH", "TABLES", "RunResult", "simulate"]
 
 #: At most this many quiet steps are aggregated in one Spark job.
 MAX_BATCH = 8
+#: The tables a run writes (Parquet and CSV each).
+TABLES = ("steps", "brokers", "decisions", "bundle_loads", "bundles", "ownership", "summary")
 
 
 @dataclass

@@ -4,7 +4,7 @@ verdict computed from the run."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import Optional
 
 from ..._cli import fmt_seconds
 from ...spark.report import (
@@ -16,6 +16,7 @@ from ...spark.report import (
     save_figure,
 )
 from .cluster import STRATEGIES
+from .replay import TABLES, RunResult
 from .split import MIB
 
 __all__ = ["summary_rows", "verdict", "write_report"]
@@ -25,7 +26,7 @@ COLORS = {"lltmr+shed": "#1f77b4", "lltmr": "#ff7f0e", "random+shed": "#2ca02c",
 LABELS = {s.key: s.label for s in STRATEGIES}
 
 
-def summary_rows(res) -> list[dict]:
+def summary_rows(res: RunResult) -> list[dict]:
     """One row per strategy: what an operator compares."""
     import pandas as pd
 
@@ -248,8 +249,8 @@ def _settings_rows(s) -> list[tuple[str, str, str]]:
     ]
 
 
-def write_report(res, out: Path, *, spark_version: Optional[str], command: str,
-                 tables: Sequence[str], source: str) -> Path:
+def write_report(out: Path, res: RunResult, *, spark_version: Optional[str],
+                 command: str) -> Path:
     """Plots and ``out/index.html``; returns the page's path."""
     import pandas as pd
 
@@ -257,7 +258,7 @@ def write_report(res, out: Path, *, spark_version: Optional[str], command: str,
     steps, brokers, bundle_loads, bundles, summary = _frames(res)
     tm = res.timings
     rows = tm.get("topic_rows", 0)
-    env = environment(spark_version, input=source, brokers=len(res.brokers),
+    env = environment(spark_version, input=res.source, brokers=len(res.brokers),
                       namespaces=len(res.namespaces), steps=tm.get("steps", 0),
                       **{"topic rows": f"{int(rows):,}"})
     page = ReportPage("Pulsar bundle load balancing: four strategies on the same load",
@@ -319,6 +320,6 @@ def write_report(res, out: Path, *, spark_version: Optional[str], command: str,
         ("writing tables", fmt_seconds(tm.get("write_s", 0))),
     ]
     page.table(timing, columns=["phase", "time"], title="Where the time went")
-    page.files([f"{t}.parquet" for t in tables] + [f"{t}.csv" for t in tables]
+    page.files([f"{t}.parquet" for t in TABLES] + [f"{t}.csv" for t in TABLES]
                + ["timings.json"])
     return page.write(out)

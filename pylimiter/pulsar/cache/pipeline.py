@@ -30,13 +30,17 @@ from ..._cli import (
     positive_int,
     run,  # re-exported: __main__.py is `run(main, PROG)` and nothing else
     subparsers,
-    writable_dir,
 )
 from ...spark.progress import JobProgress
-from ...spark.session import preflight, spark_session, write_table
+from ...spark.report import command_line
+from ...spark.rows import failure_row, schema, typed_row
+from ...spark.session import add_run_flags, preflight, spark_session, write_table
 from .policies import POLICIES
 from .replay import RESULT_FIELDS
+from .report import RunResult, write_report
 from .workloads import WORKLOADS
+
+__all__ = ["PROG", "UsageError", "build_parser", "expand_grid", "main", "run"]
 
 PROG = "python -m pylimiter.pulsar.cache"
 SCAN_POLICIES = ("pip430", "lru", "legacy")
@@ -66,8 +70,6 @@ def build_parser() -> argparse.ArgumentParser:
                     "cacheEvictionByExpectedReadCount and "
                     "managedLedgerCacheEvictionExtendTTLOfRecentlyAccessed: pip430 (true, "
                     "true), pip430-no-expected-reads (false, true), fifo (false, false).")
-    sp.add_argument("--master", default="local[*]",
-                    help="Spark master: local[N], spark://host:port, yarn, k8s://...")
     sp.add_argument("--workloads", type=name_list(list(WORKLOADS)), default=list(WORKLOADS),
                     help="comma-separated")
     sp.add_argument("--policies", type=name_list(list(POLICIES)), default=list(POLICIES),
@@ -93,9 +95,7 @@ def build_parser() -> argparse.ArgumentParser:
                     help="simulated seconds per trace (default: each workload's own)")
     sp.add_argument("--scan-topics", type=number_list(int, 0), default=[100, 1000, 10000, 100000],
                     help="topic counts for the idle eviction pass cost (0: skip)")
-    sp.add_argument("--out", type=writable_dir, default=Path("reports/cache"),
-                    help="report folder (index.html, tables, plots)")
-    sp.add_argument("--no-progress", action="store_true", help="no progress bars")
+    add_run_flags(sp, Path("reports/cache"))
     return ap
 
 
@@ -104,8 +104,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _replay_partition(rows):
     """Executor side: one grid point per row -> one result tuple."""
-    import traceback
-
     from pylimiter.pulsar.cache.replay import RESULT_FIELDS, replay
     from pylimiter.pulsar.cache.workloads import Trace
 
@@ -116,17 +114,10 @@ def _replay_partition(rows):
             res = replay(trace, row["policy"], int(row["cache_mb"] * (1 << 20)),
                          time_threshold_ms=row["threshold_ms"], interval_ms=row["interval_ms"],
                          max_requeue=row["max_requeue"], eviction_watermark=row["watermark"])
-        except Exception as exc:   # a failed point is a row, not a failed job
-            res = {k: row.get(k) for k in ("workload", "policy", "cache_mb", "seed")}
-            res["failure"] = "".join(traceback.format_exception_only(type(exc), exc)).strip()
-        yield _typed(res, RESULT_FIELDS)
-
-
-def _typed(res: dict, fields) -> tuple:
-    """A row in schema order with Python types Spark accepts for each field
-    (an int where a double is declared is a type error there)."""
-    conv = {"double": float, "long": int, "int": int, "string": str}
-    return tuple(None if res.get(n) is None else conv[k](res[n]) for n, k in fields)
+        except Exception as exc:
+            res = failure_row({k: row.get(k) for k in ("workload", "policy", "cache_mb", "seed")},
+                              exc)
+        yield typed_row(res, RESULT_FIELDS)
 
 
 def _scan_partition(rows):
@@ -134,15 +125,8 @@ def _scan_partition(rows):
 
     for row in rows:
         for policy, ns in idle_pass_ns(row["topics"], row["policies"]).items():
-            yield _typed(dict(topics=row["topics"], policy=policy, ns_per_pass=ns), SCAN_FIELDS)
-
-
-def _schema(fields):
-    from pyspark.sql import types as T
-
-    kinds = {"long": T.LongType(), "int": T.IntegerType(), "string": T.StringType(),
-             "double": T.DoubleType()}
-    return T.StructType([T.StructField(n, kinds[k], True) for n, k in fields])
+            yield typed_row(dict(topics=row["topics"], policy=policy, ns_per_pass=ns),
+                            SCAN_FIELDS)
 
 
 def expand_grid(args) -> list[dict]:
@@ -199,7 +183,7 @@ def main(argv: Optional[Sequence[str]] = None, *, spark=None) -> int:
         sc = s.sparkContext
         with JobProgress(sc, "replays", len(grid), enabled=not args.no_progress):
             rows = sc.parallelize(grid, len(grid)).mapPartitions(_replay_partition).collect()
-        runs = s.createDataFrame(rows, _schema(RESULT_FIELDS))
+        runs = s.createDataFrame(rows, schema(RESULT_FIELDS))
         runs.createOrReplaceTempView("runs")
         failures = [r for r in rows if r[-1]]
         if failures:
@@ -210,17 +194,20 @@ def main(argv: Optional[Sequence[str]] = None, *, spark=None) -> int:
                         or list(SCAN_POLICIES)) for t in scan]
             with JobProgress(sc, "idle passes", len(pts), enabled=not args.no_progress):
                 scan_rows = sc.parallelize(pts, len(pts)).mapPartitions(_scan_partition).collect()
-        scan_df = s.createDataFrame(scan_rows, _schema(SCAN_FIELDS))
+        scan_df = s.createDataFrame(scan_rows, schema(SCAN_FIELDS))
         summary = s.sql(SUMMARY_SQL)
         write_table(runs, out, "runs")
         write_table(summary, out, "summary")
         write_table(scan_df, out, "scan")
-        summary_pd = summary.toPandas()
-        scan_pd = scan_df.toPandas()
-        from ...spark.report import command_line
-        from .report import write_report
-
-        index = write_report(out, summary_pd, scan_pd, args, spark_version=s.version,
+        res = RunResult(summary=summary.toPandas(), scan=scan_df.toPandas(),
+                        workloads=args.workloads, policies=args.policies, seeds=args.seeds,
+                        scale=args.scale, settings={
+                            "managedLedgerCacheEvictionTimeThresholdMillis": args.threshold_ms,
+                            "managedLedgerCacheEvictionIntervalMs": args.interval_ms,
+                            "...ExtendTTLOfEntriesWithRemainingExpectedReadsMaxTimes":
+                                args.max_requeue,
+                            "managedLedgerCacheEvictionWatermark": args.watermark})
+        index = write_report(out, res, spark_version=s.version,
                              command=command_line(PROG, argv))
     if failures:
         raise RuntimeError(f"{len(failures)} of {len(grid)} replays failed: {failures[0][-1]}")
@@ -231,5 +218,3 @@ def main(argv: Optional[Sequence[str]] = None, *, spark=None) -> int:
     print(f"report: {index.resolve()}")
     return 0
 
-
-__all__ = ["PROG", "UsageError", "build_parser", "expand_grid", "main", "run"]
