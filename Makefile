@@ -172,7 +172,7 @@ bench-table: build
 	$(PY) -m benchmarks.table
 
 # Regenerate the committed protobuf module from its .proto with the pinned
-# grpcio-tools (tests/pulsar/test_protocol_gencode.py checks they agree).
+# grpcio-tools (tests/pulsar/topiclist/test_protocol_gencode.py checks they agree).
 PROTO_DIR := pylimiter/pulsar/topiclist
 proto: venv
 	$(PY) -m grpc_tools.protoc -I$(PROTO_DIR) --python_out=$(PROTO_DIR) \

@@ -4,18 +4,27 @@ clients over the binary protocol with PIP-442 memory limits."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import random
-from typing import Callable, Iterable, Optional
+from typing import Callable, Iterable, NamedTuple, Optional
 
-from pylimiter import PermitAcquireCancelledError
+from pylimiter import (
+    PermitAcquireCancelledError,
+    PermitAcquireError,
+    PermitAcquireQueueFullError,
+    PermitAcquireTimeoutError,
+)
 
 from . import protocol
 from .limits import LimitFailed
 from .patterns import InvalidPattern, PatternTooLong, TopicsPattern
 from .protocol import CommandType, Mode, ServerError
-from .server import ConnectionBase, ServiceBase, log
+from .server import INITIAL_ESTIMATE, ConnectionBase, ServiceBase
 
 Listener = Callable[[str, list, list], None]
+#: What a watcher costs besides its topics (the object, its event, its
+#: sender task), in the watchers' memory budget.
+WATCHER_BASE_COST = 2048
 
 
 class TopicStore:
@@ -116,6 +125,8 @@ class Broker(ServiceBase):
         if not name or not isinstance(name, str):
             raise ValueError("give the topic as ?name=persistent://tenant/ns/topic "
                              "or a JSON body {\"topic\": ...}")
+        if len(name) > self.config.name_max_length:
+            raise ValueError(f"topic name longer than maximum: {self.config.name_max_length}")
         protocol.split_topic(name)
         return name
 
@@ -150,29 +161,90 @@ class Broker(ServiceBase):
         return web.json_response(self.store.list(ns))
 
 
+class ListRequest(NamedTuple):
+    """A GET_TOPICS_OF_NAMESPACE as kept while it runs: checked values, not
+    the client's frame (which may carry megabytes of unknown fields)."""
+
+    request_id: int
+    namespace: str
+    mode: int
+    pattern: Optional[TopicsPattern]
+    topics_hash: Optional[str]
+
+
+def watcher_cost(topics: Iterable[str]) -> int:
+    """What a watcher holding `topics` costs in the watchers' budget:
+    PIP-442's heap estimate of the set, plus the watcher itself."""
+    return WATCHER_BASE_COST + protocol.estimate_heap(topics)
+
+
 class _Watcher:
-    """One WATCH_TOPIC_LIST: the matching topics, kept up to date by the
-    store's listener, and the updates not yet written.  It holds no
-    reference to its connection, so nothing of it outlives a closed one."""
+    """One WATCH_TOPIC_LIST: the matching topics as last sent to the client
+    (`topics`) and the net change not yet sent (`pending`: topic -> True to
+    add, False to remove), kept up to date by the store's listener; changes
+    that come in while the initial list is being matched wait in `early`.
+    Changes coalesce, so a client that reads slowly costs at most the
+    namespace's size in pending changes, not one entry per change.  It
+    holds no reference to its connection, so nothing of it outlives a
+    closed one."""
 
     def __init__(self, watcher_id: int, ns: str, pattern: TopicsPattern):
         self.id, self.ns, self.pattern = watcher_id, ns, pattern
         self.topics: set[str] = set()
-        self.queue: asyncio.Queue = asyncio.Queue()
+        self.pending: dict[str, bool] = {}
+        self.early: Optional[list] = []
+        self.wake = asyncio.Event()
         self.sender: Optional[asyncio.Task] = None
+        #: its share of the watchers' memory budget, and what that covers
+        self.permit = None
+        self.cost = 0
         self.ready = False
         self.closed = False
 
     def on_change(self, ns, added, removed):
-        """The store's listener: queue an update if the change matches."""
+        """The store's listener: note the change if it matches."""
         if ns != self.ns or self.closed:
             return
-        a = [t for t in self.pattern.filter(added) if t not in self.topics]
-        r = [t for t in self.pattern.filter(removed) if t in self.topics]
-        if a or r:
-            self.topics.update(a)
-            self.topics.difference_update(r)
-            self.queue.put_nowait((a, r, protocol.topics_hash(self.topics)))
+        a, r = self.pattern.filter(added), self.pattern.filter(removed)
+        if not a and not r:
+            return
+        if self.early is not None:
+            self.early.append((a, r))
+        else:
+            self._merge(a, r)
+
+    def _merge(self, added, removed):
+        sent, pending = self.topics, self.pending
+        for t in added:
+            if t not in sent:
+                pending[t] = True
+            elif pending.get(t) is False:
+                del pending[t]           # removed, then added again
+        for t in removed:
+            if t in sent:
+                pending[t] = False
+            else:
+                pending.pop(t, None)     # added, then removed again
+        if pending:
+            self.wake.set()
+
+    def start(self, matching: list) -> None:
+        """The initial matching topics are known: replay what changed
+        since the listing."""
+        self.topics = set(matching)
+        early, self.early = self.early, None
+        for a, r in early:
+            self._merge(a, r)
+
+    def reset(self) -> None:
+        """Back to before the listing (it is retried)."""
+        self.topics, self.pending, self.early = set(), {}, []
+
+    def take(self) -> tuple[list, list]:
+        """The pending change (added, removed), leaving none."""
+        pending, self.pending = self.pending, {}
+        return ([t for t, add in pending.items() if add],
+                [t for t, add in pending.items() if not add])
 
 
 class BrokerConnection(ConnectionBase):
@@ -197,48 +269,104 @@ class BrokerConnection(ConnectionBase):
         kind = command.type
         if kind == CommandType.CONNECT:
             self.connected = True
-            self.send(protocol.connected(self.service.advertise_watchers,
-                                         self.service.config.max_message_size))
+            await self.reply(protocol.connected(self.service.advertise_watchers,
+                                                self.config.max_message_size))
         elif kind == CommandType.PING:
-            self.send(protocol.cmd(CommandType.PONG, "pong"))
+            await self.reply(protocol.cmd(CommandType.PONG, "pong"))
         elif kind == CommandType.PONG:
             pass
         elif kind == CommandType.LOOKUP:
-            self.send(protocol.cmd(CommandType.LOOKUP_RESPONSE, "lookupTopicResponse",
-                                   request_id=command.lookupTopic.request_id,
-                                   brokerServiceUrl=self.service.service_url,
-                                   response=1, authoritative=True))  # Connect
+            self.topic_name(command.lookupTopic.topic)
+            await self.reply(protocol.cmd(CommandType.LOOKUP_RESPONSE, "lookupTopicResponse",
+                                          request_id=command.lookupTopic.request_id,
+                                          brokerServiceUrl=self.service.service_url,
+                                          response=1, authoritative=True))  # Connect
         elif kind == CommandType.PARTITIONED_METADATA:
-            self.send(protocol.cmd(CommandType.PARTITIONED_METADATA_RESPONSE,
-                                   "partitionMetadataResponse",
-                                   request_id=command.partitionMetadata.request_id, partitions=0,
-                                   response=0))  # Success: non-partitioned
+            self.topic_name(command.partitionMetadata.topic)
+            await self.reply(protocol.cmd(CommandType.PARTITIONED_METADATA_RESPONSE,
+                                          "partitionMetadataResponse",
+                                          request_id=command.partitionMetadata.request_id,
+                                          partitions=0, response=0))  # Success: non-partitioned
         elif kind == CommandType.GET_TOPICS_OF_NAMESPACE:
-            get_topics = command.getTopicsOfNamespace
-            self.spawn(self.guarded(get_topics.request_id, lambda: self.get_topics(get_topics)))
+            req = self._list_request(command.getTopicsOfNamespace)
+            self.start_request(req.request_id, lambda: self.get_topics(req))
         elif kind == CommandType.WATCH_TOPIC_LIST:
-            watch = command.watchTopicList
-            self.spawn(self.guarded(watch.request_id, lambda: self.watch(watch)))
+            self._start_watch(command.watchTopicList)
         elif kind == CommandType.WATCH_TOPIC_LIST_CLOSE:
             close = command.watchTopicListClose
             watcher = self.watchers.get(close.watcher_id)
             if watcher is not None:
                 self._drop_watcher(watcher)
-            self.send(protocol.cmd(CommandType.SUCCESS, "success", request_id=close.request_id))
+            await self.reply(protocol.cmd(CommandType.SUCCESS, "success",
+                                          request_id=close.request_id))
         elif kind == CommandType.SUBSCRIBE:
             # Accepted; this service holds no messages to deliver.
-            self.consumers[command.subscribe.consumer_id] = command.subscribe.topic
-            self.send(protocol.cmd(CommandType.SUCCESS, "success",
-                                   request_id=command.subscribe.request_id))
+            sub = command.subscribe
+            topic = self.topic_name(sub.topic)
+            self.name(sub.subscription, "subscription name")
+            cap = self.config.consumers_per_connection
+            if sub.consumer_id not in self.consumers and len(self.consumers) >= cap:
+                raise protocol.RequestError(ServerError.NotAllowedError,
+                                            f"Too many consumers on this connection (max {cap})")
+            self.consumers[sub.consumer_id] = topic
+            await self.reply(protocol.cmd(CommandType.SUCCESS, "success",
+                                          request_id=sub.request_id))
         elif kind == CommandType.FLOW:
             pass
         elif kind in (CommandType.CLOSE_CONSUMER, CommandType.UNSUBSCRIBE):
             sub = (command.close_consumer if kind == CommandType.CLOSE_CONSUMER
                    else command.unsubscribe)
             self.consumers.pop(sub.consumer_id, None)
-            self.send(protocol.cmd(CommandType.SUCCESS, "success", request_id=sub.request_id))
+            await self.reply(protocol.cmd(CommandType.SUCCESS, "success",
+                                          request_id=sub.request_id))
         else:
-            self.unsupported(command)
+            await self.unsupported(command)
+
+    # ---- what a request asks, checked ---------------------------------------------
+
+    def topic_name(self, value) -> str:
+        """A topic name from a client: text, not too long, and a topic."""
+        name = self.name(value, "topic name")
+        try:
+            protocol.split_topic(name)
+        except ValueError:
+            raise protocol.RequestError(ServerError.InvalidTopicName,
+                                        f"Invalid topic name: {name}") from None
+        return name
+
+    def _pattern(self, raw, *, watch: bool) -> Optional[TopicsPattern]:
+        """A topics pattern, compiled; None when it is longer than
+        subscriptionPatternMaxLength and only listed (the list then goes
+        back unfiltered, filtered=false, and the client filters it, as
+        Pulsar's broker does).  RequestError if it cannot be used."""
+        limit = self.config.pattern_max_length
+        try:
+            return TopicsPattern(raw, limit)
+        except PatternTooLong as exc:
+            if watch:
+                raise protocol.RequestError(ServerError.NotAllowedError,
+                                            f"Unable to create topic list watcher: {exc}") \
+                    from None
+            self.service.client_log(logging.INFO, "long-pattern",
+                                    "pattern of %d chars not evaluated "
+                                    "(subscriptionPatternMaxLength %d)", len(raw), limit)
+            return None
+        except InvalidPattern as exc:
+            if not isinstance(raw, str):
+                self.service.client_log(logging.INFO, "pattern-utf8",
+                                        "refused a topics pattern that is not valid UTF-8")
+            raise protocol.RequestError(ServerError.InvalidTopicName,
+                                        f"Invalid topics pattern: {exc}") from None
+
+    def _hash_of(self, body) -> Optional[str]:
+        value = body.topics_hash if body.HasField("topics_hash") else None
+        return value if isinstance(value, str) and len(value) <= protocol.MAX_HASH_LENGTH else None
+
+    def _list_request(self, body) -> ListRequest:
+        ns = self.name(body.namespace, "namespace")
+        pattern = (self._pattern(body.topics_pattern, watch=False)
+                   if body.HasField("topics_pattern") else None)
+        return ListRequest(body.request_id, ns, body.mode, pattern, self._hash_of(body))
 
     def _check_namespace(self, ns: str) -> None:
         if ns not in self.service.store.namespaces:
@@ -253,83 +381,76 @@ class BrokerConnection(ConnectionBase):
         self.service.estimates[(ns, mode)] = actual
         return topics, actual
 
-    async def get_topics(self, request):
-        """GET_TOPICS_OF_NAMESPACE under PIP-442's heap and direct limits.
-        A pattern longer than subscriptionPatternMaxLength is not evaluated:
-        the list goes back unfiltered (filtered=false) and the client
-        filters it, as Pulsar's broker does."""
-        ns, mode = request.namespace, request.mode
+    # ---- GET_TOPICS_OF_NAMESPACE ------------------------------------------------------
+
+    async def get_topics(self, req: ListRequest):
+        """GET_TOPICS_OF_NAMESPACE under PIP-442's heap and direct limits,
+        its heavy steps in fair turns."""
+        ns, mode = req.namespace, req.mode
         self._check_namespace(ns)
-        pattern = None
-        if request.HasField("topics_pattern"):
-            try:
-                pattern = TopicsPattern(request.topics_pattern,
-                                        self.service.config.pattern_max_length)
-            except PatternTooLong:
-                log.info("pattern of %d chars not evaluated (subscriptionPatternMaxLength %d)",
-                         len(request.topics_pattern), self.service.config.pattern_max_length)
-            except InvalidPattern as exc:
-                raise protocol.RequestError(ServerError.InvalidTopicName,
-                                            f"Invalid topics pattern: {exc}") from None
         dual = self.limiter.dual          # this request's limiter, to the end
         heap = await self.limited_heap((ns, mode), dual)
         try:
-            topics, actual = self._list_sized(ns, mode)
+            topics, actual = await self.step(self._list_sized, ns, mode)
             await self.heap_update(dual, heap, actual)
-            if pattern is not None:
-                topics = await pattern.filter_async(topics)
-            digest = protocol.topics_hash(topics)
-            changed = not (request.HasField("topics_hash") and request.topics_hash == digest)
-            resp = protocol.cmd(CommandType.GET_TOPICS_OF_NAMESPACE_RESPONSE,
-                                "getTopicsOfNamespaceResponse",
-                                request_id=request.request_id, topics=topics if changed else [],
-                                filtered=pattern is not None, topics_hash=digest,
-                                changed=changed)
+            if req.pattern is not None:
+                topics = await req.pattern.filter_async(topics, self.step)
+            box = [await self.step(_list_response, req, topics)]
             del topics
-            await self.write_limited(resp, dual)
+            await self.write_limited(box, dual, heap)
         finally:
             dual.release(heap)
 
-    async def watch(self, request):
-        """WATCH_TOPIC_LIST, as Pulsar's TopicListService: the watcher is
-        registered at once (so a WATCH_TOPIC_LIST_CLOSE cancels it while it
-        waits), lists under the heap limit, then answers with the matching
-        topics (none when the client's hash already matches) and sends
-        updates as topics come and go.  Waits for memory that time out or
-        find the queue full are retried with backoff until the connection
-        or the watcher closes; they never fail the request."""
-        wid, ns = request.watcher_id, request.namespace
-        try:
-            pattern = TopicsPattern(request.topics_pattern,
-                                    self.service.config.pattern_max_length)
-        except PatternTooLong as exc:
-            raise protocol.RequestError(ServerError.NotAllowedError,
-                                        f"Unable to create topic list watcher: {exc}") from None
-        except InvalidPattern as exc:
-            raise protocol.RequestError(ServerError.InvalidTopicName,
-                                        f"Invalid topics pattern: {exc}") from None
-        self._check_namespace(ns)
+    # ---- WATCH_TOPIC_LIST -------------------------------------------------------------
+
+    def _start_watch(self, body) -> None:
+        """Check a WATCH_TOPIC_LIST and start it.  A new watcher is
+        registered at once, so the connection's cap counts it and a
+        WATCH_TOPIC_LIST_CLOSE cancels it while it waits."""
+        ns = self.name(body.namespace, "namespace")
+        pattern = self._pattern(body.topics_pattern, watch=True)
+        wid, rid = body.watcher_id, body.request_id
+        client_hash = self._hash_of(body)
         watcher = self.watchers.get(wid)
-        if watcher is not None and not watcher.ready:
+        created = watcher is None
+        if created:
+            cap = self.config.watchers_per_connection
+            if len(self.watchers) >= cap:
+                raise protocol.RequestError(
+                    ServerError.NotAllowedError,
+                    f"Too many topic list watchers on this connection (max {cap})")
+            watcher = _Watcher(wid, ns, pattern)
+            self.watchers[wid] = watcher
+        try:
+            self.start_request(rid, lambda: self.watch(rid, watcher, created, client_hash))
+        except protocol.RequestError:
+            if created:
+                self._drop_watcher(watcher)
+            raise
+
+    async def watch(self, request_id: int, watcher: _Watcher, created: bool,
+                    client_hash: Optional[str]):
+        """WATCH_TOPIC_LIST, as Pulsar's TopicListService: lists under the
+        heap limit, keeps the matching set under the watchers' budget, then
+        answers with the matching topics (none when the client's hash
+        already matches) and sends updates as topics come and go.  Waits
+        for memory that time out or find the queue full are retried with
+        backoff until the connection or the watcher closes; they never fail
+        the request."""
+        if not created and not watcher.ready:
             raise protocol.RequestError(ServerError.ServiceNotReady,
                                         "Topic list watcher is already present on the connection")
-        if watcher is None:
-            watcher = self.watchers[wid] = _Watcher(wid, ns, pattern)
+        if created:
             try:
+                self._check_namespace(watcher.ns)
                 await self._init_watcher(watcher)
             except BaseException:
                 self._drop_watcher(watcher)
                 raise
-        matching = sorted(watcher.topics)
-        digest = protocol.topics_hash(matching)
-        if request.HasField("topics_hash") and request.topics_hash == digest:
-            matching = []
-        resp = protocol.cmd(CommandType.WATCH_TOPIC_LIST_SUCCESS, "watchTopicListSuccess",
-                            request_id=request.request_id, watcher_id=wid,
-                            topic=matching, topics_hash=digest)
-        del matching
+        resp = await self.step(_watch_success, request_id, watcher, client_hash)
         await self._write_retrying(watcher, resp)
-        if watcher.sender is None:
+        del resp
+        if watcher.sender is None and not watcher.closed:
             watcher.sender = self.spawn(self._send_updates(watcher))
 
     def _cancelled(self, watcher: _Watcher) -> bool:
@@ -344,42 +465,80 @@ class BrokerConnection(ConnectionBase):
 
     async def _retry_later(self, watcher: _Watcher, what: str, exc: Exception) -> None:
         delay = self.backoff.next()
-        log.info("watcher %d: %s when %s; retrying in %.0f ms", watcher.id, exc, what,
-                 delay * 1000)
+        self.service.client_log(logging.INFO, "watcher-retry",
+                                "watcher %d: %s when %s; retrying in %.0f ms", watcher.id, exc,
+                                what, delay * 1000)
         await asyncio.sleep(delay)
         self._check_watcher(watcher)
 
+    def _listen(self, watcher: _Watcher, ns: str, mode: int):
+        """List the namespace and register the watcher in one step, so that
+        no change is lost between the two."""
+        listed = self._list_sized(ns, mode)
+        self.service.store.listeners.add(watcher.on_change)
+        return listed
+
+    async def _watcher_memory(self, watcher: _Watcher, new_cost: int) -> None:
+        """Hold new_cost of the watchers' budget for `watcher` (capped at
+        the whole budget); LimitFailed if it cannot be had."""
+        sem = self.service.watcher_memory
+        n = min(new_cost, sem.max_permits) if sem.max_permits > 0 else new_cost
+        is_cancelled = lambda: self._cancelled(watcher)  # noqa: E731
+        try:
+            if watcher.permit is None:
+                watcher.permit = await sem.acquire(n, is_cancelled=is_cancelled)
+            else:
+                await sem.update(watcher.permit, n, is_cancelled=is_cancelled)
+        except PermitAcquireTimeoutError:
+            raise LimitFailed("Failed due to timeout acquiring watcher memory permits "
+                              "for topic list") from None
+        except PermitAcquireQueueFullError:
+            raise LimitFailed("Failed due to watcher memory permit queue being full "
+                              "for topic list") from None
+        watcher.cost = new_cost
+
     async def _init_watcher(self, watcher: _Watcher) -> None:
-        """List the namespace under a heap permit and register the watcher
-        before the permit is resized, so no change made meanwhile is lost;
-        retried with backoff when memory cannot be had."""
+        """Take the watchers' budget for the set to come (the last listing's
+        size: the set is at most that), then list the namespace under a
+        heap permit (registering the watcher in the same step, so that no
+        change made meanwhile is lost), match it, and shrink the budget to
+        the set; retried with backoff when memory cannot be had.  The budget
+        comes first so that a watcher waiting for it holds no heap permit:
+        a storm of watchers waits there, not in the heap pool's queue where
+        listings wait too."""
         ns, mode = watcher.ns, Mode.PERSISTENT
-        store = self.service.store
         while True:
             self._check_watcher(watcher)
+            failure = None
             dual = self.limiter.dual
+            heap = None
             try:
+                expected = self.service.estimates.get((ns, mode), INITIAL_ESTIMATE)
+                await self._watcher_memory(watcher, WATCHER_BASE_COST + expected)
                 heap = await self.limited_heap((ns, mode), dual,
                                                lambda: self._cancelled(watcher))
-            except LimitFailed as exc:
-                await self._retry_later(watcher, "initializing", exc)
-                continue
-            try:
-                topics, actual = self._list_sized(ns, mode)
-                watcher.topics = set(await watcher.pattern.filter_async(topics))
-                del topics
-                store.listeners.add(watcher.on_change)
+                topics, actual = await self.step(self._listen, watcher, ns, mode)
                 await self.heap_update(dual, heap, actual, lambda: self._cancelled(watcher))
+                matching = await watcher.pattern.filter_async(topics, self.step)
+                del topics
+                await self._watcher_memory(watcher, await self.step(watcher_cost, matching))
+                watcher.start(matching)
+                del matching
             except LimitFailed as exc:
-                store.listeners.discard(watcher.on_change)
-                _clear_queue(watcher.queue)
-                await self._retry_later(watcher, "initializing", exc)
-                continue
+                self.service.store.listeners.discard(watcher.on_change)
+                watcher.reset()
+                failure = exc
             finally:
-                dual.release(heap)
-            self.backoff.reset()
-            watcher.ready = True
-            return
+                if heap is not None:
+                    dual.release(heap)
+            if failure is None:
+                self.backoff.reset()
+                watcher.ready = True
+                return
+            if watcher.permit is not None:
+                self.service.watcher_memory.release(watcher.permit)
+                watcher.permit = None
+            await self._retry_later(watcher, "initializing", failure)
 
     async def _write_retrying(self, watcher: _Watcher, command) -> None:
         """Write under the direct limit, retrying with backoff (an answer
@@ -388,7 +547,7 @@ class BrokerConnection(ConnectionBase):
         while True:
             self._check_watcher(watcher)
             try:
-                await self.write_limited(command, self.limiter.dual)
+                await self.write_limited([command], self.limiter.dual)
             except LimitFailed as exc:
                 await self._retry_later(watcher, "writing", exc)
                 continue
@@ -396,13 +555,34 @@ class BrokerConnection(ConnectionBase):
             return
 
     async def _send_updates(self, watcher: _Watcher):
-        """Updates in order, each through the direct limiter."""
+        """The pending change as one update at a time, each under the
+        watchers' budget (the set grows first) and the direct limiter."""
+        try:
+            await self._update_loop(watcher)
+        except (PermitAcquireError, protocol.RequestError, ConnectionError, OSError):
+            pass   # the watcher or its connection closed
+
+    async def _update_loop(self, watcher: _Watcher):
         while not watcher.closed:
-            added, removed, digest = await watcher.queue.get()
-            update = protocol.cmd(CommandType.WATCH_TOPIC_UPDATE, "watchTopicUpdate",
-                                  watcher_id=watcher.id, new_topics=added,
-                                  deleted_topics=removed, topics_hash=digest)
+            await watcher.wake.wait()
+            watcher.wake.clear()
+            if not watcher.pending:
+                continue
+            added, removed = watcher.take()
+            cost = watcher.cost + protocol.estimate_heap(added) - protocol.estimate_heap(removed)
+            while cost > watcher.cost:
+                try:
+                    await self._watcher_memory(watcher, cost)
+                except LimitFailed as exc:
+                    await self._retry_later(watcher, "growing", exc)
+            watcher.topics.update(added)
+            watcher.topics.difference_update(removed)
+            if cost < watcher.cost:
+                await self._watcher_memory(watcher, cost)     # shrinking: at once
+            update = await self.step(_watch_update, watcher, added, removed)
+            del added, removed
             await self._write_retrying(watcher, update)
+            del update
 
     def _drop_watcher(self, watcher: _Watcher):
         """Forget a watcher and let go of everything it holds at once."""
@@ -413,10 +593,32 @@ class BrokerConnection(ConnectionBase):
         sender, watcher.sender = watcher.sender, None
         if sender is not None:
             sender.cancel()
-        watcher.topics = set()
-        _clear_queue(watcher.queue)
+        if watcher.permit is not None:
+            self.service.watcher_memory.release(watcher.permit)
+        watcher.topics, watcher.pending, watcher.early = set(), {}, None
 
 
-def _clear_queue(queue: asyncio.Queue) -> None:
-    while not queue.empty():
-        queue.get_nowait()
+def _list_response(req: ListRequest, topics: list) -> protocol.BaseCommand:
+    digest = protocol.topics_hash(topics)
+    changed = req.topics_hash != digest
+    return protocol.cmd(CommandType.GET_TOPICS_OF_NAMESPACE_RESPONSE,
+                        "getTopicsOfNamespaceResponse", request_id=req.request_id,
+                        topics=topics if changed else [], filtered=req.pattern is not None,
+                        topics_hash=digest, changed=changed)
+
+
+def _watch_success(request_id: int, watcher: _Watcher, client_hash: Optional[str]
+                   ) -> protocol.BaseCommand:
+    matching = sorted(watcher.topics)
+    digest = protocol.topics_hash(matching)
+    if client_hash == digest:
+        matching = []
+    return protocol.cmd(CommandType.WATCH_TOPIC_LIST_SUCCESS, "watchTopicListSuccess",
+                        request_id=request_id, watcher_id=watcher.id, topic=matching,
+                        topics_hash=digest)
+
+
+def _watch_update(watcher: _Watcher, added: list, removed: list) -> protocol.BaseCommand:
+    return protocol.cmd(CommandType.WATCH_TOPIC_UPDATE, "watchTopicUpdate",
+                        watcher_id=watcher.id, new_topics=added, deleted_topics=removed,
+                        topics_hash=protocol.topics_hash(watcher.topics))

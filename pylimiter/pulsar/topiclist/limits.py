@@ -1,19 +1,16 @@
 """PIP-442 configuration and the dual memory limiter built from it (with the
 service's accounting: caps, peaks, live limit changes).
 
-Each setting is declared once, as a field of TopicListConfig carrying its
-Pulsar key, unit and help; the config-file reader, the command-line flags,
-the start-up line and the admin API are all derived from those fields.
-The metrics come from pylimiter.prometheus (see server.py).
+Each setting is declared once, as a field of TopicListConfig made by
+pylimiter.pulsar._settings.setting (Pulsar key, unit, help, range); the
+config-file reader, the command-line flags, the start-up line and the admin
+API are all derived from those fields.  The metrics come from
+pylimiter.prometheus (see server.py).
 """
 
 from __future__ import annotations
 
-import argparse
-import difflib
-import math
-from dataclasses import dataclass, field, fields, replace
-from pathlib import Path
+from dataclasses import dataclass, replace
 from typing import Optional
 
 from pylimiter import (
@@ -25,59 +22,51 @@ from pylimiter import (
     PermitAcquireTimeoutError,
 )
 
+from .._settings import ConfigError, Settings, setting
+
 MB = 1024 * 1024
 HEAP, DIRECT = LimitType.HEAP_MEMORY, LimitType.DIRECT_MEMORY
 POOL_NAMES = {HEAP: "heap", DIRECT: "direct"}
-#: Pulsar declares these settings as Java ints.
-JAVA_INT_MAX = 2**31 - 1
 #: The largest pool the limiter can count, in MB.
 MAX_POOL_MB = MAX_PERMITS // MB
 
 
-class ConfigError(ValueError):
-    """A setting that cannot be used: the CLI says so in one line (exit 2),
-    the admin API answers 400."""
-
-
-def setting(key: str, default, unit: str, doc: str, *, group: str = "limits",
-            maximum=JAVA_INT_MAX):
-    """One setting: its broker.conf/proxy.conf key, default, unit, help
-    text, group ("limits": the six PIP-442 keys; "service") and largest
-    value (the flag is the field name in kebab case)."""
-    return field(default=default, metadata={"key": key, "unit": unit, "doc": doc,
-                                            "group": group, "maximum": maximum})
-
-
 @dataclass(frozen=True)
-class TopicListConfig:
-    """The six PIP-442 settings and three Pulsar service settings the
-    topic-list service honours.  Sizes in MB (decimals allowed, so tests can
-    use kilobyte limits; Pulsar itself takes integers); 0 disables that
-    limit.  Queue defaults follow the issue (10000); the PIP text says 1000.
-    Every other value is an integer, as in Pulsar."""
+class TopicListConfig(Settings):
+    """The six PIP-442 settings, three Pulsar service settings the
+    topic-list service honours, and the guards that keep one client from
+    starving the others or growing memory past the budgets (issue 19).
+    Sizes in MB (decimals allowed, so tests can use kilobyte limits; Pulsar
+    itself takes integers); 0 disables that limit.  Queue defaults follow the
+    issue (10000); the PIP text says 1000.  Every other value is an integer,
+    as in Pulsar."""
+
+    KEY_FAMILIES = ("maxTopicList",)
 
     heap_mb: float = setting("maxTopicListInFlightHeapMemSizeMB", 100.0, "MB",
                              "heap memory for topic lists in flight (0 disables)",
-                             maximum=MAX_POOL_MB)
+                             group="limits", maximum=MAX_POOL_MB)
     direct_mb: float = setting("maxTopicListInFlightDirectMemSizeMB", 100.0, "MB",
                                "direct memory for responses being written (0 disables)",
-                               maximum=MAX_POOL_MB)
+                               group="limits", maximum=MAX_POOL_MB)
     heap_timeout_ms: int = setting(
         "maxTopicListInFlightHeapMemSizePermitsAcquireTimeoutMillis", 25000, "ms",
-        "longest wait for heap permits")
+        "longest wait for heap permits", group="limits")
     direct_timeout_ms: int = setting(
         "maxTopicListInFlightDirectMemSizePermitsAcquireTimeoutMillis", 25000, "ms",
-        "longest wait for direct permits")
+        "longest wait for direct permits", group="limits")
     heap_queue: int = setting("maxTopicListInFlightHeapMemSizePermitsAcquireQueueSize",
                               10000, "requests",
-                              "most requests waiting for heap permits (0: unbounded)")
+                              "most requests waiting for heap permits (0: unbounded)",
+                              group="limits")
     direct_queue: int = setting("maxTopicListInFlightDirectMemSizePermitsAcquireQueueSize",
                                 10000, "requests",
-                                "most requests waiting for direct permits (0: unbounded)")
+                                "most requests waiting for direct permits (0: unbounded)",
+                                group="limits")
     max_message_size: int = setting(
         "maxMessageSize", 5 * MB, "bytes",
-        "largest message; a frame may carry 10 KiB more, larger frames close the connection",
-        group="service")
+        "largest message; a frame from a client may carry 10 KiB more, larger frames "
+        "close the connection", group="service")
     pattern_max_length: int = setting(
         "subscriptionPatternMaxLength", 50, "chars",
         "longest topics pattern evaluated (longer: listed unfiltered, watch refused)",
@@ -86,141 +75,77 @@ class TopicListConfig:
         "keepAliveIntervalSeconds", 30, "s",
         "ping a connection idle this long, close it if still silent after as long "
         "again (0 disables)", group="service")
+    # ---- guards against hostile clients (not Pulsar settings) -------------------
+    requests_per_connection: int = setting(
+        "maxTopicListRequestsPerConnection", 32, "requests",
+        "topic-list requests (listings, watch creations) one connection may have in "
+        "flight; more are answered TooManyRequests at once", group="guards", minimum=1)
+    write_timeout_ms: int = setting(
+        "connectionWriteTimeoutMillis", 30000, "ms",
+        "close a connection whose pending output has not drained for this long; its "
+        "permits return", group="guards", minimum=1)
+    inbound_mb: float = setting(
+        "maxInboundFrameMemSizeMB", 64.0, "MB",
+        "memory for frames being received, across connections: a frame over 16 KiB "
+        "waits for it, and its connection closes if it cannot be had (0 disables)",
+        group="guards", maximum=MAX_POOL_MB)
+    watchers_mb: float = setting(
+        "maxTopicListWatchersMemSizeMB", 100.0, "MB",
+        "memory for the topic sets that watchers keep, across connections; a watcher "
+        "waits for it as for heap permits (0 disables)", group="guards",
+        maximum=MAX_POOL_MB)
+    watchers_per_connection: int = setting(
+        "maxTopicListWatchersPerConnection", 100, "watchers",
+        "watchers one connection may hold; more are refused with NotAllowedError",
+        group="guards", minimum=1)
+    consumers_per_connection: int = setting(
+        "maxConsumersPerConnection", 10000, "consumers",
+        "consumers one connection may subscribe; more are refused with NotAllowedError",
+        group="guards", minimum=1)
+    lookups_per_connection: int = setting(
+        "maxLookupRequestsPerConnection", 1000, "requests",
+        "lookups and partition-metadata requests one proxy connection may have "
+        "forwarded and unanswered; more are answered TooManyRequests at once",
+        group="guards", minimum=1)
+    name_max_length: int = setting(
+        "topicNameMaxLength", 1024, "chars",
+        "longest topic, namespace or subscription name accepted (longer: "
+        "InvalidTopicName, nothing kept)", group="guards", minimum=1)
 
     def __post_init__(self):
-        for f in fields(self):
-            check_value(f, getattr(self, f.name))
+        super().__post_init__()
         if self.max_message_size < 1:
             raise ConfigError("max_message_size must be at least 1 byte")
 
     @property
     def heap_bytes(self) -> int:
         """The heap pool in bytes (0: disabled)."""
-        return _bytes(self.heap_mb)
+        return mb_to_bytes(self.heap_mb)
 
     @property
     def direct_bytes(self) -> int:
         """The direct pool in bytes (0: disabled)."""
-        return _bytes(self.direct_mb)
+        return mb_to_bytes(self.direct_mb)
 
-    def as_dict(self, group: Optional[str] = None) -> dict:
-        """Settings by field name (of one group, if given)."""
-        return {f.name: getattr(self, f.name) for f in fields(self)
-                if group is None or f.metadata["group"] == group}
+    @property
+    def inbound_bytes(self) -> int:
+        """The inbound frame budget in bytes (0: disabled)."""
+        return mb_to_bytes(self.inbound_mb)
+
+    @property
+    def watchers_bytes(self) -> int:
+        """The watchers' budget in bytes (0: disabled)."""
+        return mb_to_bytes(self.watchers_mb)
 
     def describe(self) -> str:
         """One line with every setting and its unit (the start-up print)."""
-        return ", ".join(f"{f.name} {_num(getattr(self, f.name))} {f.metadata['unit']}"
-                         for f in fields(self)) + " (0 MB: disabled)"
-
-    @classmethod
-    def from_properties(cls, path: Path, base: Optional["TopicListConfig"] = None
-                        ) -> "TopicListConfig":
-        """Read the settings from a broker.conf-style file (key=value, '#'
-        comments).  Keys of other settings are ignored, as a broker.conf
-        holds many; a key close to one of ours (a misspelling) is an error
-        naming the key it resembles."""
-        by_key = {f.metadata["key"]: f for f in fields(cls)}
-        values = {}
-        for n, raw in enumerate(Path(path).read_text().splitlines(), 1):
-            line = raw.strip()
-            if not line or line.startswith(("#", "!")):
-                continue
-            key, sep, value = line.partition("=")
-            if not sep:
-                key, sep, value = line.partition(":")
-            key, value = key.strip(), value.strip()
-            f = by_key.get(key)
-            if f is None:
-                near = closest_key(key, by_key)
-                if near:
-                    raise ConfigError(f"{path}:{n}: unknown key {key}; did you mean {near}?")
-                continue
-            try:
-                values[f.name] = parse_value(f, value)
-            except ConfigError as exc:
-                raise ConfigError(f"{path}:{n}: {key}: {exc}") from None
-        try:
-            return replace(base or cls(), **values)
-        except ConfigError as exc:
-            raise ConfigError(f"{path}: {exc}") from None
+        return super().describe() + " (0 MB: disabled)"
 
 
-def _bytes(mb: float) -> int:
-    # A positive size never rounds down to 0, which would disable the limit.
+def mb_to_bytes(mb: float) -> int:
+    """A size in MB as bytes; a positive size never rounds down to 0, which
+    would disable the limit."""
     return max(1, int(mb * MB)) if mb > 0 else 0
-
-
-def _num(v) -> str:
-    return f"{v:g}" if isinstance(v, float) else str(v)
-
-
-def closest_key(key: str, known) -> Optional[str]:
-    """The known key `key` looks like a misspelling of, if any: a close
-    match, the same letters in another case, or a PIP-442 key prefix."""
-    folded = {k.lower(): k for k in known}
-    if key.lower() in folded:
-        return folded[key.lower()]
-    near = difflib.get_close_matches(key, list(known), n=1, cutoff=0.85)
-    if near:
-        return near[0]
-    if key.startswith("maxTopicListInFlight"):
-        return difflib.get_close_matches(key, list(known), n=1, cutoff=0.0)[0]
-    return None
-
-
-def _is_float(f) -> bool:
-    return isinstance(f.default, float)
-
-
-def check_value(f, v) -> None:
-    """ConfigError unless v suits setting f: a number (an integer for the
-    integer settings), finite, from 0 to the setting's maximum."""
-    kind = "a number" if _is_float(f) else "an integer"
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or \
-            (not _is_float(f) and not isinstance(v, int)):
-        raise ConfigError(f"{f.name} must be {kind}, not {v!r}")
-    if not math.isfinite(v) or v < 0 or v > f.metadata["maximum"]:
-        raise ConfigError(f"{f.name} must be {kind} from 0 to {f.metadata['maximum']} "
-                          f"{f.metadata['unit']}, not {v!r}")
-
-
-def parse_value(f, text: str):
-    """A setting's value from its text: int() for the integer settings, so
-    '2.9' and 'inf' are refused rather than truncated; checked."""
-    try:
-        v = float(text) if _is_float(f) else int(text)
-    except ValueError:
-        kind = "a number" if _is_float(f) else "an integer"
-        raise ConfigError(f"must be {kind}, not {text!r}") from None
-    check_value(f, v)
-    return v
-
-
-def add_setting_flags(group) -> None:
-    """One command-line flag per setting (`--heap-mb` ...), default None so
-    that only what is given overrides the config file."""
-    for f in fields(TopicListConfig):
-        group.add_argument("--" + f.name.replace("_", "-"), dest=f.name, type=_flag_type(f),
-                           default=None, metavar=f.metadata["unit"].upper(),
-                           help=f"{f.metadata['doc']}; overrides {f.metadata['key']} "
-                                f"(default {_num(f.default)} {f.metadata['unit']})")
-
-
-def _flag_type(f):
-    def parse(text: str):
-        try:
-            return parse_value(f, text)
-        except ConfigError as exc:
-            raise argparse.ArgumentTypeError(str(exc)) from None
-    parse.__name__ = "number" if _is_float(f) else "integer"
-    return parse
-
-
-def setting_overrides(namespace) -> dict:
-    """The settings given on the command line, by field name."""
-    return {f.name: getattr(namespace, f.name) for f in fields(TopicListConfig)
-            if getattr(namespace, f.name, None) is not None}
 
 
 class LimitFailed(Exception):

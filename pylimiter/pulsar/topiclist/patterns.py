@@ -6,14 +6,15 @@ Python's own `re` backtracks: a 36-character pattern such as
 'persistent://public/default/(.*.*)*X' takes it seconds per topic.  RE2
 cannot backtrack and refuses what it cannot match in linear time
 (back-references, look-around); such a pattern is an InvalidTopicName.
-Filtering a large namespace yields to the event loop between chunks, so other
-connections are served while it runs.
+Filtering a large namespace runs in chunks, each a step of its own (a fair
+turn in the service, see fair.py), so other connections are served while it
+runs.
 """
 
 from __future__ import annotations
 
 import asyncio
-from typing import Iterable
+from typing import Awaitable, Callable, Iterable, Optional
 
 import re2
 
@@ -45,7 +46,11 @@ class TopicsPattern:
     __slots__ = ("source", "_fullmatch")
 
     def __init__(self, pattern: str, max_length: int):
-        """PatternTooLong or InvalidPattern if it cannot be used."""
+        """PatternTooLong or InvalidPattern if it cannot be used.  Protobuf
+        hands over the bytes of a string field that is not UTF-8: such a
+        pattern is an InvalidPattern too."""
+        if not isinstance(pattern, str):
+            raise InvalidPattern("the pattern is not valid UTF-8")
         try:
             domainless = protocol.strip_domain_pattern(pattern)
         except ValueError as exc:
@@ -70,12 +75,18 @@ class TopicsPattern:
         """The matching topics, in order, without yielding (small lists)."""
         return [t for t in topics if self.matches(t)]
 
-    async def filter_async(self, topics: list[str]) -> list[str]:
-        """The matching topics, in order, yielding to the event loop every
-        CHUNK topics."""
+    async def filter_async(self, topics: list[str],
+                           run: Optional[Callable[..., Awaitable]] = None) -> list[str]:
+        """The matching topics, in order, CHUNK topics per step: each step
+        is ``await run(self.filter, chunk)`` (a fair turn), or without
+        `run` a plain call followed by a yield to the event loop."""
         out: list[str] = []
         for start in range(0, len(topics), CHUNK):
-            if start:
-                await asyncio.sleep(0)
-            out.extend(self.filter(topics[start:start + CHUNK]))
+            chunk = topics[start:start + CHUNK]
+            if run is not None:
+                out.extend(await run(self.filter, chunk))
+            else:
+                if start:
+                    await asyncio.sleep(0)
+                out.extend(self.filter(chunk))
         return out

@@ -39,8 +39,6 @@ _U32 = struct.Struct(">I")
 _U32x2 = struct.Struct(">II")
 
 
-
-
 def max_frame_for(max_message_size: int) -> int:
     """The largest frame accepted, 4-byte length prefix included, as Pulsar's
     frame decoder computes it: maxMessageSize plus the frame padding."""
@@ -48,6 +46,14 @@ def max_frame_for(max_message_size: int) -> int:
 
 
 DEFAULT_MAX_FRAME = max_frame_for(DEFAULT_MAX_MESSAGE_SIZE)
+#: Every frame a 4-byte size can describe: the limit for a trusted peer
+#: (the proxy reading its broker, whose responses are bounded by memory
+#: permits, not by maxMessageSize).
+ANY_FRAME = 2**32 + 3
+#: Longest ERROR message sent: messages may quote what a client sent.
+MAX_ERROR_MESSAGE = 1024
+#: Longest topics hash kept from a request (Pulsar's are 8 hex digits).
+MAX_HASH_LENGTH = 64
 
 
 class ProtocolError(Exception):
@@ -65,21 +71,28 @@ def frame_size(cmd: BaseCommand) -> int:
     return 8 + cmd.ByteSize()
 
 
-async def read_command(reader: asyncio.StreamReader, max_frame: int = DEFAULT_MAX_FRAME
-                       ) -> tuple[Optional[BaseCommand], int]:
-    """Next command and its frame size; (None, 0) at a clean end of stream.
-    Raises ProtocolError on a malformed frame."""
+async def read_frame_header(reader: asyncio.StreamReader, max_frame: int = DEFAULT_MAX_FRAME
+                            ) -> Optional[int]:
+    """The size of the next frame's body (the total size field); None at a
+    clean end of stream.  Raises ProtocolError for a size outside
+    8..max_frame: checked before a byte of the body is read, so a peer
+    cannot make the reader hold more than max_frame for it."""
     try:
         head = await reader.readexactly(4)
     except asyncio.IncompleteReadError as exc:
         if not exc.partial:
-            return None, 0
+            return None
         raise ProtocolError("truncated frame header") from None
     (total,) = _U32.unpack(head)
-    # Checked before a byte of the body is buffered, so a peer cannot make
-    # the server hold more than max_frame for it.
     if total < 4 or total + 4 > max_frame:
         raise ProtocolError(f"frame size {total + 4} outside 8..{max_frame} bytes")
+    return total
+
+
+async def read_frame_body(reader: asyncio.StreamReader, total: int
+                          ) -> tuple[BaseCommand, int]:
+    """The command of a frame whose header said `total`, and the frame's
+    size.  Raises ProtocolError on a malformed body."""
     try:
         body = await reader.readexactly(total)
     except asyncio.IncompleteReadError:
@@ -89,13 +102,25 @@ async def read_command(reader: asyncio.StreamReader, max_frame: int = DEFAULT_MA
         raise ProtocolError(f"command size {cmd_size} exceeds frame size {total}")
     cmd = BaseCommand()
     try:
-        cmd.ParseFromString(body[4:4 + cmd_size])
+        # A view, not a slice: no third copy of a large frame.
+        cmd.ParseFromString(memoryview(body)[4:4 + cmd_size])
     except DecodeError as exc:
         raise ProtocolError(f"undecodable command: {exc}") from None
+    del body
     if not cmd.IsInitialized():
         raise ProtocolError("command lacks required fields: "
                             + ", ".join(cmd.FindInitializationErrors()))
     return cmd, total + 4
+
+
+async def read_command(reader: asyncio.StreamReader, max_frame: int = DEFAULT_MAX_FRAME
+                       ) -> tuple[Optional[BaseCommand], int]:
+    """Next command and its frame size; (None, 0) at a clean end of stream.
+    Raises ProtocolError on a malformed frame."""
+    total = await read_frame_header(reader, max_frame)
+    if total is None:
+        return None, 0
+    return await read_frame_body(reader, total)
 
 
 # ---- topic names ---------------------------------------------------------------
@@ -202,7 +227,10 @@ def has_body(command: BaseCommand) -> bool:
 
 
 def error(request_id: int, code: int, message: str) -> BaseCommand:
-    """An ERROR command answering request_id."""
+    """An ERROR command answering request_id (the message cut to
+    MAX_ERROR_MESSAGE characters)."""
+    if len(message) > MAX_ERROR_MESSAGE:
+        message = message[:MAX_ERROR_MESSAGE - 3] + "..."
     return cmd(CommandType.ERROR, "error", request_id=request_id, error=code, message=message)
 
 

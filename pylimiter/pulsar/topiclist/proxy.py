@@ -10,11 +10,22 @@ broker's response frame size) while it holds the decoded list, and a direct
 permit for the re-encoded write.  Topic-list watchers are not offered
 through the proxy (the CONNECTED feature flag says so; clients fall back to
 periodic re-discovery).
+
+The frame cap (maxMessageSize) guards what clients send; responses from the
+broker may be larger (a 100,000-topic namespace is several MB) and are
+bounded by the memory permits instead (issue 19, finding 4): the first
+listing of a (namespace, mode) goes alone, so that its size is known before
+others are forwarded, and after it each forwarded listing holds a heap permit
+of the last response's size, so the responses the broker can have in flight
+to the proxy fit the heap pool.  At most requests_per_connection listings go
+to the broker at once over the shared connection (the broker caps each
+connection so).
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 from typing import Optional
 
 from . import protocol
@@ -34,6 +45,10 @@ class Proxy(ServiceBase):
         self.broker_url = broker_url
         self._backend: Optional[protocol.ClientConnection] = None
         self._backend_lock = asyncio.Lock()
+        #: listings forwarded and unanswered, within the broker's cap
+        self.forward_slots = asyncio.Semaphore(config.requests_per_connection)
+        #: (namespace, mode) -> set while its first listing learns its size
+        self.learning: dict[tuple[str, int], asyncio.Event] = {}
 
     def make_connection(self, reader, writer):
         """A ProxyConnection for an accepted client."""
@@ -43,7 +58,10 @@ class Proxy(ServiceBase):
         """The shared connection to the broker, reopened when it drops."""
         async with self._backend_lock:
             if self._backend is None or self._backend.closed.is_set():
-                self._backend = await protocol.ClientConnection.open(self.broker_url)
+                # The broker is trusted: its frames are not capped by
+                # maxMessageSize (see the module doc).
+                self._backend = await protocol.ClientConnection.open(
+                    self.broker_url, max_frame=protocol.ANY_FRAME)
             return self._backend
 
     async def stop(self):
@@ -58,6 +76,11 @@ class ProxyConnection(ConnectionBase):
 
     service: Proxy
 
+    def __init__(self, service, reader, writer):
+        super().__init__(service, reader, writer)
+        #: lookups and partition-metadata requests forwarded, unanswered
+        self.lookups = 0
+
     async def dispatch(self, command, size):
         """Answer one command; forwarded requests run as tasks."""
         kind = command.type
@@ -66,24 +89,71 @@ class ProxyConnection(ConnectionBase):
             if target:
                 return await self.pipe_to_broker(command, target)
             self.connected = True
-            self.send(protocol.connected(False, self.service.config.max_message_size))
+            await self.reply(protocol.connected(False, self.config.max_message_size))
         elif kind == CommandType.PING:
-            self.send(protocol.cmd(CommandType.PONG, "pong"))
+            await self.reply(protocol.cmd(CommandType.PONG, "pong"))
         elif kind == CommandType.PONG:
             pass
         elif kind == CommandType.LOOKUP:
-            self.spawn(self.forward_lookup(command))
+            self.name(command.lookupTopic.topic, "topic name")
+            self._start_lookup(command.lookupTopic.request_id, self.forward_lookup(command))
         elif kind == CommandType.PARTITIONED_METADATA:
-            self.spawn(self.forward_metadata(command))
+            self.name(command.partitionMetadata.topic, "topic name")
+            self._start_lookup(command.partitionMetadata.request_id,
+                               self.forward_metadata(command))
         elif kind == CommandType.GET_TOPICS_OF_NAMESPACE:
-            get_topics = command.getTopicsOfNamespace
-            self.spawn(self.guarded(get_topics.request_id, lambda: self.get_topics(get_topics)))
+            upstream = self._upstream_listing(command.getTopicsOfNamespace)
+            rid = command.getTopicsOfNamespace.request_id
+            self.start_request(rid, lambda: self.get_topics(rid, upstream))
         elif kind == CommandType.WATCH_TOPIC_LIST:
-            self.send(protocol.error(command.watchTopicList.request_id,
-                                     ServerError.NotAllowedError,
-                                     "topic list watchers are not supported through the proxy"))
+            await self.reply(protocol.error(command.watchTopicList.request_id,
+                                            ServerError.NotAllowedError,
+                                            "topic list watchers are not supported through "
+                                            "the proxy"))
         else:
-            self.unsupported(command)
+            await self.unsupported(command)
+
+    def _start_lookup(self, request_id: int, coro) -> None:
+        """Forward as a task, unless lookups_per_connection are in flight:
+        then TooManyRequests at once."""
+        cap = self.config.lookups_per_connection
+        if self.lookups >= cap:
+            coro.close()
+            self.service.guards["refused_over_request_cap"] += 1
+            raise protocol.RequestError(ServerError.TooManyRequests,
+                                        f"Failed due to too many pending lookup requests on "
+                                        f"this connection (max {cap})")
+        self.lookups += 1
+
+        async def counted():
+            try:
+                await coro
+            finally:
+                self.lookups -= 1
+        self.spawn(counted())
+
+    def _upstream_listing(self, body):
+        """The listing to forward, rebuilt from checked fields (not a copy
+        of the client's frame, which may carry unknown fields)."""
+        up = protocol.cmd(CommandType.GET_TOPICS_OF_NAMESPACE, "getTopicsOfNamespace",
+                          request_id=0, namespace=self.name(body.namespace, "namespace"),
+                          mode=body.mode)
+        if body.HasField("topics_pattern"):
+            pattern = body.topics_pattern
+            if not isinstance(pattern, str):
+                self.service.client_log(logging.INFO, "pattern-utf8",
+                                        "refused a topics pattern that is not valid UTF-8")
+                raise protocol.RequestError(ServerError.InvalidTopicName,
+                                            "Invalid topics pattern: the pattern is not "
+                                            "valid UTF-8")
+            if len(pattern) <= self.config.name_max_length:
+                # Longer ones the broker would not evaluate either: the
+                # list goes back unfiltered and the client filters it.
+                up.getTopicsOfNamespace.topics_pattern = pattern
+        if body.HasField("topics_hash") and isinstance(body.topics_hash, str) \
+                and len(body.topics_hash) <= protocol.MAX_HASH_LENGTH:
+            up.getTopicsOfNamespace.topics_hash = body.topics_hash
+        return up
 
     async def _forward(self, command, field: str, client_rid: int):
         """Send command to the broker under a backend request id; return the
@@ -107,13 +177,12 @@ class ProxyConnection(ConnectionBase):
         try:
             resp, _ = await self._forward(command, "lookupTopic", rid)
         except (ConnectionError, OSError, protocol.ProtocolError) as exc:
-            self.send(protocol.cmd(CommandType.LOOKUP_RESPONSE, "lookupTopicResponse",
-                                   request_id=rid, response=2, error=ServerError.ServiceNotReady,
-                                   message=f"broker unreachable: {exc}"))
-            return
+            resp = protocol.cmd(CommandType.LOOKUP_RESPONSE, "lookupTopicResponse",
+                                request_id=rid, response=2, error=ServerError.ServiceNotReady,
+                                message=f"broker unreachable: {exc}")
         if resp.type == CommandType.LOOKUP_RESPONSE:
             resp.lookupTopicResponse.proxy_through_service_url = True
-        self.send(resp)
+        await self.reply(resp)
 
     async def forward_metadata(self, command):
         """PARTITIONED_METADATA through the broker."""
@@ -121,35 +190,54 @@ class ProxyConnection(ConnectionBase):
         try:
             resp, _ = await self._forward(command, "partitionMetadata", rid)
         except (ConnectionError, OSError, protocol.ProtocolError) as exc:
-            self.send(protocol.cmd(CommandType.PARTITIONED_METADATA_RESPONSE,
-                                   "partitionMetadataResponse", request_id=rid, response=1,
-                                   error=ServerError.ServiceNotReady,
-                                   message=f"broker unreachable: {exc}"))
-            return
-        self.send(resp)
+            resp = protocol.cmd(CommandType.PARTITIONED_METADATA_RESPONSE,
+                                "partitionMetadataResponse", request_id=rid, response=1,
+                                error=ServerError.ServiceNotReady,
+                                message=f"broker unreachable: {exc}")
+        await self.reply(resp)
 
-    async def get_topics(self, request):
+    async def _learned(self, key) -> Optional[asyncio.Event]:
+        """Wait while another request learns the response size of `key`;
+        return the event to set if this request is the one to learn it."""
+        svc = self.service
+        while key not in svc.estimates:
+            gate = svc.learning.get(key)
+            if gate is None:
+                gate = svc.learning[key] = asyncio.Event()
+                return gate
+            await gate.wait()
+        return None
+
+    async def get_topics(self, client_rid: int, upstream):
         """Forward a listing under the proxy's own limits: a heap permit of
         the estimate for (namespace, mode), resized to the broker's response
         frame, and a direct permit for the write."""
         svc = self.service
-        key = (request.namespace, request.mode)
-        dual = self.limiter.dual
-        heap = await self.limited_heap(key, dual)
+        body = upstream.getTopicsOfNamespace
+        key = (body.namespace, body.mode)
+        gate = await self._learned(key)
         try:
-            upstream = protocol.BaseCommand(type=CommandType.GET_TOPICS_OF_NAMESPACE)
-            upstream.getTopicsOfNamespace.CopyFrom(request)
-            resp, frame = await self._forward(upstream, "getTopicsOfNamespace",
-                                              request.request_id)
-            if resp.type == CommandType.ERROR:
-                raise protocol.RequestError(resp.error.error, resp.error.message)
-            # The decoded list is now in our heap: account for it by the
-            # size of the frame it came in (PIP-442's cmdSize).
-            svc.estimates[key] = frame
-            await self.heap_update(dual, heap, frame)
-            await self.write_limited(resp, dual)
+            dual = self.limiter.dual
+            heap = await self.limited_heap(key, dual)
+            try:
+                async with svc.forward_slots:
+                    resp, frame = await self._forward(upstream, "getTopicsOfNamespace",
+                                                      client_rid)
+                if resp.type == CommandType.ERROR:
+                    raise protocol.RequestError(resp.error.error, resp.error.message)
+                # The decoded list is now in our heap: account for it by the
+                # size of the frame it came in (PIP-442's cmdSize).
+                svc.estimates[key] = frame
+                await self.heap_update(dual, heap, frame)
+                box = [resp]
+                del resp
+                await self.write_limited(box, dual, heap)
+            finally:
+                dual.release(heap)
         finally:
-            dual.release(heap)
+            if gate is not None:
+                del svc.learning[key]
+                gate.set()
 
     async def pipe_to_broker(self, connect_cmd, target: str):
         # Clients send host:port here (Pulsar's clients do), some a URL.
@@ -162,14 +250,15 @@ class ProxyConnection(ConnectionBase):
             got = None
         if got != want:
             # An open relay to anywhere would be a security hole.
-            self.send(protocol.error(0, ServerError.AuthorizationError,
-                              f"proxy_to_broker_url {target} is not this proxy's broker"))
+            await self.reply(protocol.error(0, ServerError.AuthorizationError,
+                                            f"proxy_to_broker_url {target} is not this "
+                                            "proxy's broker"))
             return None
         try:
             br, bw = await asyncio.open_connection(*want)
         except (OSError, ValueError) as exc:
-            self.send(protocol.error(0, ServerError.ServiceNotReady,
-                                     f"broker unreachable: {exc}"))
+            await self.reply(protocol.error(0, ServerError.ServiceNotReady,
+                                            f"broker unreachable: {exc}"))
             return None
         connect_cmd.connect.ClearField("proxy_to_broker_url")
         bw.write(protocol.encode(connect_cmd))

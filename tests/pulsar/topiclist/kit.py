@@ -1,18 +1,23 @@
 """What the topic-list test modules share: a small namespace, running
-services, HTTP helpers, and the permit checks."""
+services (on this loop, or on a loop in a thread for clients that block),
+raw protocol and HTTP helpers, and the permit checks.  Imported after the
+`topiclist` extra is known to be there (each module checks NEEDS first)."""
 
 from __future__ import annotations
 
 import asyncio
 import json
+import threading
 import time
 import urllib.error
 import urllib.request
 from contextlib import asynccontextmanager
 
 from pylimiter import LimitType
+from pylimiter.pulsar.topiclist import protocol
 from pylimiter.pulsar.topiclist.broker import TopicStore
 from pylimiter.pulsar.topiclist.limits import TopicListConfig
+from pylimiter.pulsar.topiclist.protocol import CommandType
 
 HEAP, DIRECT = LimitType.HEAP_MEMORY, LimitType.DIRECT_MEMORY
 NS = "public/default"
@@ -75,3 +80,57 @@ def tiny(**kw):
                 heap_queue=1, direct_queue=100)
     base.update(kw)
     return TopicListConfig(**base)
+
+
+async def raw_connect(port: int):
+    """A bare protocol connection after CONNECT/CONNECTED."""
+    r, w = await asyncio.open_connection("127.0.0.1", port)
+    w.write(protocol.encode(protocol.cmd(CommandType.CONNECT, "connect", client_version="t")))
+    first, _ = await protocol.read_command(r)
+    assert first.type == CommandType.CONNECTED
+    return r, w, first.connected
+
+
+def get_topics_cmd(rid: int, ns: str = NS, **kw):
+    """A GET_TOPICS_OF_NAMESPACE command."""
+    return protocol.cmd(CommandType.GET_TOPICS_OF_NAMESPACE, "getTopicsOfNamespace",
+                        request_id=rid, namespace=ns, **kw)
+
+
+def outcomes_add_up(service) -> bool:
+    """Whether /admin/stats counts every request exactly once, none in flight."""
+    s = service.stats()
+    return s["in_flight"] == 0 and s["requests"] == sum(s[k] for k in (
+        "responses", "too_many_requests", "errors", "cancelled"))
+
+
+class Background:
+    """Services on a loop in a thread: pulsar-client blocks the calling thread."""
+
+    def __init__(self):
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self.thread.start()
+
+    def run(self, coro, timeout=30):
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
+
+    def close(self):
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(10)
+        self.loop.close()
+
+
+def subscribed(broker):
+    """The topics the broker's clients are subscribed to, sorted."""
+    return sorted(t for c in list(broker.connections) for t in c.consumers.values())
+
+
+def wait_for(pred, timeout=20.0) -> bool:
+    """Whether pred() became true within timeout s (polled, blocking)."""
+    t0 = time.monotonic()
+    while not pred():
+        if time.monotonic() - t0 > timeout:
+            return False
+        time.sleep(0.05)
+    return True

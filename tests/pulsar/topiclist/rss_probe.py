@@ -1,9 +1,9 @@
 """RSS of a topic-list broker running in this process with the garbage
 collector disabled: before clients arrive, while they hold server memory,
-and after they are gone.  Run by test_topiclist_hardening.py in a fresh
+and after they are gone.  Run by test_memory.py in a fresh
 interpreter (the measurement must not share a heap with other tests):
 
-    python tests/pulsar/rss_probe.py reset|watch
+    python tests/pulsar/topiclist/rss_probe.py reset|watch
 
 reset: 10 connections each send 7 MiB of an 8 MiB frame, then reset.
 watch: 20 connections each watch every topic of a 50,000-topic namespace,
@@ -89,7 +89,11 @@ async def watch_scenario(broker) -> int:
 async def main(scenario: str) -> dict:
     store = TopicStore()
     store.add_many(generated_topics(NS, 50_000 if scenario == "watch" else 10))
-    cfg = TopicListConfig(max_message_size=8 * MB, heap_mb=0, direct_mb=0)
+    # No budgets: this measures that memory comes back, so the clients must
+    # be able to make the server hold it first (the budgets that bound it
+    # have tests of their own, in test_hostile.py).
+    cfg = TopicListConfig(max_message_size=8 * MB, heap_mb=0, direct_mb=0, inbound_mb=0,
+                          watchers_mb=0)
     broker = Broker(cfg, store=store, admin_port=None)
     await broker.start()
     try:

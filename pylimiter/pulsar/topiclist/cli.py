@@ -1,0 +1,209 @@
+"""The command line of ``python -m pylimiter.pulsar.topiclist {broker,proxy,load}``.
+
+`main(argv)` returns the exit status; __main__.py runs it through the shared
+runner, pylimiter._cli.run, which turns errors into one line and status
+2/1/130."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import signal
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+from pylimiter._cli import (
+    UsageError,
+    fmt_bytes,
+    fmt_rate,
+    fmt_seconds,
+    make_parser,
+    non_negative_float,
+    non_negative_int,
+    port,
+    positive_float,
+    positive_int,
+    require,
+    run,  # re-exported: __main__.py is `run(main, PROG)` and nothing else
+    subparsers,
+)
+
+__all__ = ["NEEDS", "PROG", "build_parser", "describe_load", "main", "run"]
+
+PROG = "python -m pylimiter.pulsar.topiclist"
+#: What the service imports beyond pylimiter (the `topiclist` extra).
+NEEDS = ("google.protobuf", "re2", "google_crc32c", "aiohttp", "prometheus_client")
+
+
+def _limit_args(ap):
+    from .limits import TopicListConfig
+    from .._settings import add_setting_flags
+
+    group = ap.add_argument_group("settings (override the config file)")
+    group.add_argument("--config", type=Path,
+                       help="broker.conf/proxy.conf-style properties file")
+    add_setting_flags(group, TopicListConfig)
+    ap.add_argument("--host", default="127.0.0.1", help="listen address")
+    ap.add_argument("--port", type=port, default=0, help="binary protocol port (0: any free)")
+    ap.add_argument("--admin-port", type=port, default=0,
+                    help="admin/metrics HTTP port (0: any free)")
+    ap.add_argument("--cluster", default="standalone", help="the metrics' cluster label")
+    ap.add_argument("-v", "--verbose", action="store_true", help="log each connection event")
+
+
+def build_parser():
+    """The argument parser: broker, proxy and load sub-commands."""
+    ap = make_parser(PROG, "PIP-442 topic-list broker, proxy and load generator on "
+                           "pylimiter's dual memory limiter (extra: topiclist).")
+    sub = subparsers(ap, dest="command", required=True)
+    b = sub.add_parser("broker", help="serve topic lists (default: one namespace, generated "
+                                      "topics)")
+    b.add_argument("--namespace", default="public/default", help="namespace of the generated "
+                                                                 "topics")
+    b.add_argument("--topics", type=non_negative_int, default=1000,
+                   help="how many topics to generate")
+    b.add_argument("--topics-file", type=Path,
+                   help="one full topic name per line, instead of generated topics")
+    _limit_args(b)
+    p = sub.add_parser("proxy", help="forward topic lists from a broker, with limits")
+    p.add_argument("--broker", required=True, help="pulsar://host:port of the broker")
+    _limit_args(p)
+    ld = sub.add_parser("load", help="N connections listing a namespace for a duration")
+    ld.add_argument("--url", required=True, help="pulsar://host:port (broker or proxy)")
+    ld.add_argument("--admin", help="http://host:port of its admin API, for peak RSS/permits")
+    ld.add_argument("--namespace", default="public/default", help="namespace to list")
+    ld.add_argument("--connections", type=positive_int, default=10, help="client connections")
+    ld.add_argument("--duration", type=positive_float, default=10.0, help="seconds")
+    ld.add_argument("--max-requests", type=positive_int, default=None,
+                    help="stop after this many requests in all")
+    ld.add_argument("--read-delay", type=non_negative_float, default=0.0,
+                    help="seconds each client waits before reading a response (slow readers)")
+    ld.add_argument("--json", action="store_true", help="print the result as JSON")
+    return ap
+
+
+def _config(args):
+    from .._settings import setting_overrides
+    from .limits import ConfigError, TopicListConfig
+
+    try:
+        cfg = TopicListConfig.from_properties(args.config) if args.config else TopicListConfig()
+        return replace(cfg, **setting_overrides(args, TopicListConfig))
+    except ConfigError as exc:
+        raise UsageError(str(exc)) from None
+    except OSError as exc:
+        raise UsageError(f"cannot read {args.config}: {exc.strerror or exc}") from None
+
+
+async def _serve(service):
+    """Run until SIGINT/SIGTERM, then stop: connections close, requests in
+    flight end, permits go back; no traceback."""
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        await service.start()
+        print(f"{service.role}: {service.service_url}  admin: {service.admin_url}  "
+              f"(metrics {service.admin_url}/metrics)", flush=True)
+        print(f"limits: {service.limiter.config.describe()}", flush=True)
+        await stop.wait()
+        print(f"{service.role}: stopping ({len(service.connections)} connections, "
+              f"{service.stats()['in_flight']} requests in flight)", flush=True)
+    finally:
+        await service.stop()
+
+
+def _broker(args):
+    from .broker import Broker, TopicStore, generated_topics
+    from .protocol import split_topic
+
+    store = TopicStore()
+    if args.topics_file:
+        try:
+            names = [ln.strip() for ln in args.topics_file.read_text().splitlines()
+                     if ln.strip() and not ln.startswith("#")]
+            for n in names:
+                split_topic(n)
+        except OSError as exc:
+            raise UsageError(f"cannot read {args.topics_file}: {exc.strerror or exc}") from None
+        except ValueError as exc:
+            raise UsageError(f"{args.topics_file}: {exc}") from None
+    else:
+        names = generated_topics(args.namespace, args.topics)
+        store.namespaces.setdefault(args.namespace, {})
+    store.add_many(names)
+    svc = Broker(_config(args), store=store, host=args.host, port=args.port,
+                 admin_port=args.admin_port, cluster=args.cluster)
+    print("namespaces: " + ", ".join(f"{ns} ({len(t)} topics)"
+                                      for ns, t in store.namespaces.items()), flush=True)
+    return svc
+
+
+def _proxy(args):
+    from .proxy import Proxy
+
+    try:
+        return Proxy(_config(args), broker_url=args.broker, host=args.host, port=args.port,
+                     admin_port=args.admin_port, cluster=args.cluster)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def _load(args) -> int:
+    from .loadgen import run_load
+    from .protocol import parse_url
+
+    try:
+        parse_url(args.url)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    print(f"load: {args.connections} connections on {args.url} for "
+          f"{fmt_seconds(args.duration)}", file=sys.stderr, flush=True)
+    res = asyncio.run(run_load(args.url, args.namespace, args.connections, args.duration,
+                               admin_url=args.admin, max_requests=args.max_requests,
+                               read_delay=args.read_delay))
+    s = res.summary()
+    if args.json:
+        print(json.dumps(s))
+        return 0
+    for key, text in describe_load(s).items():
+        print(f"{key:>20}: {text}")
+    return 0
+
+
+def describe_load(s: dict) -> dict:
+    """A load result in words: every number rounded, with its unit."""
+    def ms(v):
+        return "-" if v is None else fmt_seconds(v / 1000.0)
+
+    out = {
+        "connections": str(s["connections"]),
+        "duration": fmt_seconds(s["duration_s"]),
+        "requests": str(s["requests"]),
+        "responses": f"{s['responses']} ({fmt_rate(s['rps'], 'resp')})",
+        "received": fmt_bytes(s["bytes"]),
+        "too_many_requests": str(s["too_many_requests"]),
+        "other_errors": str(s["other_errors"]),
+        "latency p50": ms(s["p50_ms"]),
+        "latency p99": ms(s["p99_ms"]),
+        "latency max": ms(s["max_ms"]),
+    }
+    for key, value in sorted(s.get("server", {}).items()):
+        out[f"server {key}"] = fmt_bytes(value) if key.endswith("_bytes") else f"{value:g}"
+    return out
+
+
+def main(argv=None) -> int:
+    """The CLI; returns the exit status (run() maps errors to 2/1/130)."""
+    args = build_parser().parse_args(argv)
+    require(NEEDS, "topiclist")
+    if getattr(args, "verbose", False):
+        logging.basicConfig(level=logging.INFO)
+    if args.command == "load":
+        return _load(args)
+    svc = _broker(args) if args.command == "broker" else _proxy(args)
+    asyncio.run(_serve(svc))
+    return 0

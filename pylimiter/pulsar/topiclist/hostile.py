@@ -1,0 +1,431 @@
+"""Hostile clients of issue 19, and the honest client that measures what they
+do to everybody else.  Used by the hostile-client tests and by
+benchmarks/topiclist_attacks.py; an operator can point them at a test broker
+to see what a setting does.  Loopback only by intent: every attack is
+bounded in connections, bytes and time, ends when its task is cancelled, and
+refuses a service that is not on loopback.
+
+Each attack is an async function that sets itself up, then holds what it made
+the server hold until cancelled, closing its connections on the way out:
+
+* non_reader: pipelines topic listings and never reads (PINGs keep it
+  "alive"), which pinned the memory pools (finding 1);
+* subscribe_names: SUBSCRIBE frames with multi-megabyte topic names (2a);
+* partial_frames: connections each holding a frame one byte short (2b);
+* pipelined_lookups: LOOKUPs and unsupported commands, never reading the
+  answers (2c);
+* watchers: thousands of topic-list watchers (2d, 3).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import os
+import re
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Awaitable, Callable, Optional
+
+from . import protocol
+from .protocol import CommandType, ServerError
+
+#: Receive buffer of a client that does not read: small, so the server's
+#: writes back up at once instead of filling the kernel's buffers.
+SMALL_RCVBUF = 4096
+
+
+async def connect(url: str, *, rcvbuf: Optional[int] = None,
+                  timeout: float = 10.0) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    """A raw connection after CONNECT/CONNECTED (rcvbuf: SO_RCVBUF set
+    before connecting, for clients that will not read).  ValueError for a
+    service that is not on this machine's loopback: these are test tools."""
+    host, port = protocol.parse_url(url)
+    check_loopback(host)
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    if rcvbuf:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
+    sock.setblocking(False)
+    try:
+        await asyncio.wait_for(asyncio.get_running_loop().sock_connect(sock, (host, port)),
+                               timeout)
+    except BaseException:
+        sock.close()
+        raise
+    reader, writer = await asyncio.open_connection(sock=sock)
+    writer.write(protocol.encode(protocol.cmd(CommandType.CONNECT, "connect",
+                                              client_version="hostile",
+                                              protocol_version=protocol.PROTOCOL_VERSION)))
+    try:
+        first, _ = await asyncio.wait_for(protocol.read_command(reader, protocol.ANY_FRAME),
+                                          timeout)
+    except BaseException:
+        writer.transport.abort()
+        raise
+    if first is None or first.type != CommandType.CONNECTED:
+        writer.transport.abort()
+        raise protocol.ProtocolError("no CONNECTED")
+    return reader, writer
+
+
+def check_loopback(host: str) -> None:
+    """ValueError unless every address of `host` is a loopback address."""
+    try:
+        addrs = {info[4][0] for info in socket.getaddrinfo(host, None)}
+    except socket.gaierror as exc:
+        raise ValueError(f"cannot resolve {host}: {exc}") from None
+    if not addrs or not all(ipaddress.ip_address(a.split("%")[0]).is_loopback for a in addrs):
+        raise ValueError(f"hostile clients attack services on loopback only, not {host}")
+
+
+def _abort_all(writers) -> None:
+    for w in writers:
+        w.transport.abort()
+
+
+def list_frame(rid: int, namespace: str) -> bytes:
+    """GET_TOPICS_OF_NAMESPACE as bytes."""
+    return protocol.encode(protocol.cmd(CommandType.GET_TOPICS_OF_NAMESPACE,
+                                        "getTopicsOfNamespace", request_id=rid,
+                                        namespace=namespace))
+
+
+async def _hold(seconds: Optional[float]) -> None:
+    if seconds is None:
+        await asyncio.Event().wait()
+    else:
+        await asyncio.sleep(seconds)
+
+
+async def non_reader(url: str, namespace: str, *, requests: int = 600,
+                     ping_every: float = 10.0) -> None:
+    """Finding 1: pipeline `requests` listings, never read; a PING every
+    `ping_every` s (inbound traffic, which fooled keep-alive).  When the
+    server closes the connection, connect again and repeat."""
+    while True:
+        try:
+            _, w = await connect(url, rcvbuf=SMALL_RCVBUF)
+        except (OSError, asyncio.TimeoutError, protocol.ProtocolError):
+            await asyncio.sleep(0.2)
+            continue
+        try:
+            w.write(b"".join(list_frame(i, namespace) for i in range(1, requests + 1)))
+            ping = protocol.encode(protocol.cmd(CommandType.PING, "ping"))
+            while not w.transport.is_closing():
+                await asyncio.sleep(ping_every)
+                w.write(ping)
+        except (ConnectionError, OSError):
+            pass
+        finally:
+            w.transport.abort()
+        await asyncio.sleep(0.1)
+
+
+async def subscribe_names(url: str, *, frames: int = 60, name_bytes: int = 4 * 1024 * 1024,
+                          hold: Optional[float] = None) -> None:
+    """Finding 2a: SUBSCRIBE frames with a name of `name_bytes`, each with
+    its own consumer id, answers read; then hold the connection."""
+    r, w = await connect(url)
+    name = "persistent://public/default/" + "n" * name_bytes
+    try:
+        for i in range(frames):
+            w.write(protocol.encode(protocol.cmd(
+                CommandType.SUBSCRIBE, "subscribe", topic=name, subscription="s", subType=0,
+                consumer_id=i, request_id=i)))
+            await w.drain()
+            await protocol.read_command(r, protocol.ANY_FRAME)
+        await _hold(hold)
+    except (ConnectionError, OSError, asyncio.IncompleteReadError, protocol.ProtocolError):
+        await _hold(hold)
+    finally:
+        w.transport.abort()
+
+
+async def partial_frames(url: str, *, connections: int = 100,
+                         frame_bytes: int = protocol.DEFAULT_MAX_FRAME,
+                         hold: Optional[float] = None, send_timeout: float = 5.0) -> None:
+    """Finding 2b: `connections` connections, each sending a frame of
+    `frame_bytes` but its last byte.  What the server will not read in
+    `send_timeout` s stays unsent."""
+    writers = []
+    try:
+        for _ in range(connections):
+            try:
+                _, w = await connect(url)
+            except (OSError, asyncio.TimeoutError, protocol.ProtocolError):
+                continue
+            writers.append(w)
+            w.write(struct.pack(">I", frame_bytes - 4) + bytes(frame_bytes - 5))
+        deadline = time.monotonic() + send_timeout
+        for w in writers:
+            try:
+                await asyncio.wait_for(w.drain(), max(0.01, deadline - time.monotonic()))
+            except (asyncio.TimeoutError, ConnectionError, OSError):
+                pass
+        await _hold(hold)
+    finally:
+        _abort_all(writers)
+
+
+async def pipelined_lookups(url: str, *, count: int = 200_000, unsupported: bool = False,
+                            hold: Optional[float] = None, send_timeout: float = 10.0) -> None:
+    """Finding 2c: `count` LOOKUPs (or commands the service does not
+    support) pipelined on one connection that never reads.  What the server
+    will not read in `send_timeout` s stays unsent."""
+    _, w = await connect(url, rcvbuf=SMALL_RCVBUF)
+    if unsupported:
+        one = protocol.cmd(CommandType.PRODUCER, "producer", request_id=1)
+    else:
+        one = protocol.cmd(CommandType.LOOKUP, "lookupTopic", request_id=1,
+                           topic="persistent://public/default/t")
+    batch = protocol.encode(one) * 4096    # the same request id: nobody reads the answers
+    try:
+        for _ in range(0, count, 4096):
+            w.write(batch)
+            try:
+                await asyncio.wait_for(w.drain(), send_timeout)
+            except (asyncio.TimeoutError, ConnectionError, OSError):
+                break
+        await _hold(hold)
+    finally:
+        w.transport.abort()
+
+
+@dataclass
+class WatcherStorm:
+    """What a watcher storm got: watchers created, refusals by error code."""
+
+    created: int = 0
+    refused: dict = field(default_factory=dict)
+
+
+async def watchers(url: str, namespace: str, *, count: int = 5000, per_connection: int = 5000,
+                   pattern: Optional[str] = None, hold: Optional[float] = None,
+                   result: Optional[WatcherStorm] = None) -> WatcherStorm:
+    """Findings 2d and 3: `count` watchers of the whole namespace,
+    `per_connection` pipelined on each connection, answers read; then hold
+    them.  Refusals are counted in `result` by error code."""
+    result = result if result is not None else WatcherStorm()
+    pattern = pattern or f"persistent://{namespace}/.*"
+    writers, readers = [], []
+
+    async def read_answers(r, w):
+        try:
+            while True:
+                c, _ = await protocol.read_command(r, protocol.ANY_FRAME)
+                if c is None:
+                    return
+                if c.type == CommandType.WATCH_TOPIC_LIST_SUCCESS:
+                    result.created += 1
+                elif c.type == CommandType.ERROR:
+                    name = ServerError.Name(c.error.error)
+                    result.refused[name] = result.refused.get(name, 0) + 1
+                elif c.type == CommandType.PING:
+                    w.write(protocol.encode(protocol.cmd(CommandType.PONG, "pong")))
+        except (ConnectionError, OSError, asyncio.IncompleteReadError, protocol.ProtocolError):
+            return
+
+    try:
+        made = 0
+        while made < count:
+            n = min(per_connection, count - made)
+            r, w = await connect(url)
+            writers.append(w)
+            readers.append(asyncio.ensure_future(read_answers(r, w)))
+            w.write(b"".join(protocol.encode(protocol.cmd(
+                CommandType.WATCH_TOPIC_LIST, "watchTopicList", request_id=made + i + 1,
+                watcher_id=made + i + 1, namespace=namespace, topics_pattern=pattern))
+                for i in range(n)))
+            made += n
+        await _hold(hold)
+    finally:
+        for t in readers:
+            t.cancel()
+        await asyncio.gather(*readers, return_exceptions=True)
+        _abort_all(writers)
+    return result
+
+
+# ---- the honest client -------------------------------------------------------------
+
+
+@dataclass
+class Probe:
+    """One honest listing: seconds from connecting to the answer, and how
+    it ended ("served", a ServerError name, or the exception's name)."""
+
+    seconds: float
+    outcome: str
+
+
+async def probe(url: str, namespace: str, *, timeout: float = 30.0) -> Probe:
+    """An honest client: connect, CONNECT, list the namespace, close; timed
+    from the connect, bounded by `timeout`."""
+    t0 = time.perf_counter()
+    conn = None
+    try:
+        async def go():
+            nonlocal conn
+            conn = await protocol.ClientConnection.open(url, max_frame=protocol.ANY_FRAME,
+                                                        timeout=timeout)
+            await conn.get_topics(namespace, timeout=timeout)
+        await asyncio.wait_for(go(), timeout)
+        outcome = "served"
+    except protocol.RequestError as exc:
+        outcome = ServerError.Name(exc.code)
+    except (asyncio.TimeoutError, ConnectionError, OSError, protocol.ProtocolError) as exc:
+        outcome = type(exc).__name__
+    finally:
+        if conn is not None:
+            await conn.close()
+    return Probe(time.perf_counter() - t0, outcome)
+
+
+class AttackThread:
+    """An attack on an event loop of its own, in a thread, so that what it
+    costs the client side does not delay the honest client's own loop (the
+    GIL is shared, in slices of milliseconds)."""
+
+    def __init__(self, make: Callable[[], Awaitable]):
+        self.loop = asyncio.new_event_loop()
+        self.error: Optional[BaseException] = None
+        self._task: Optional[asyncio.Task] = None
+        self._thread = threading.Thread(target=self._run, args=(make,), daemon=True,
+                                        name="hostile-client")
+
+    def _run(self, make) -> None:
+        asyncio.set_event_loop(self.loop)
+        try:
+            self._task = self.loop.create_task(make())
+            self.loop.run_until_complete(self._task)
+        except asyncio.CancelledError:
+            pass
+        except BaseException as exc:       # reported by failed(), raised by stop()
+            self.error = exc
+        finally:
+            # The aborted connections close in callbacks of this loop: let
+            # them run, or their transports would be left unclosed.
+            self.loop.run_until_complete(asyncio.sleep(0.01))
+            self.loop.run_until_complete(self.loop.shutdown_asyncgens())
+            self.loop.close()
+
+    def start(self) -> "AttackThread":
+        """Start the attack."""
+        self._thread.start()
+        return self
+
+    def failed(self) -> bool:
+        """Whether the attack ended with an error."""
+        return not self._thread.is_alive() and self.error is not None
+
+    def stop(self, timeout: float = 30.0, check: bool = True) -> None:
+        """Cancel the attack (it closes its connections) and wait for it;
+        raises what it failed with, if it did and `check`."""
+        if self._thread.is_alive():
+            try:
+                self.loop.call_soon_threadsafe(lambda: self._task and self._task.cancel())
+            except RuntimeError:           # the loop closed meanwhile
+                pass
+            self._thread.join(timeout)
+        if check and self.error is not None:
+            raise self.error
+
+
+async def probe_during(make_attack: Callable[[], Awaitable], url: str, namespace: str, *,
+                       duration: float, interval: float = 0.25, warmup: float = 1.0,
+                       timeout: float = 30.0,
+                       ready: Optional[Callable[[], bool]] = None) -> list[Probe]:
+    """Run the attack `make_attack()` in an AttackThread; once `ready()` (or
+    after `warmup` s), probe the service every `interval` s for `duration`
+    s (one probe at a time, each bounded by `timeout`), then stop the
+    attack.  The probes."""
+    attack = AttackThread(make_attack).start()
+    probes: list[Probe] = []
+    try:
+        t0 = time.monotonic()
+        while not (ready() if ready else time.monotonic() - t0 >= warmup):
+            if attack.failed():
+                break
+            if time.monotonic() - t0 > 120:
+                raise TimeoutError("the attack did not get ready in 120 s")
+            await asyncio.sleep(0.05)
+        end = time.monotonic() + duration
+        while time.monotonic() < end and not attack.failed():
+            probes.append(await probe(url, namespace, timeout=timeout))
+            await asyncio.sleep(interval)
+    finally:
+        await asyncio.to_thread(attack.stop)
+    return probes
+
+
+# ---- a service in a process of its own, for memory measurements ----------------------
+
+
+class ServiceProcess:
+    """`python -m pylimiter.pulsar.topiclist <role> <args>` in a process of
+    its own (so that its memory is its own), from the source tree `tree`
+    (None: this interpreter's pylimiter).  Linux: RSS and its high-water
+    mark come from /proc."""
+
+    def __init__(self, role: str, *args: str, tree: Optional[str] = None):
+        cmd = [sys.executable, "-m", "pylimiter.pulsar.topiclist", role, *args]
+        env = dict(os.environ)
+        if tree is not None:
+            env["PYTHONPATH"] = str(tree)
+        self.proc = subprocess.Popen(cmd, cwd=tree, env=env, stdout=subprocess.PIPE,
+                                     stderr=subprocess.PIPE, text=True)
+        self.url = self.admin = None
+        for _ in range(5):
+            line = self.proc.stdout.readline()
+            m = re.match(rf"{role}: (pulsar://\S+)\s+admin: (http://\S+)", line)
+            if m:
+                self.url, self.admin = m[1], m[2]
+                break
+        if self.url is None:
+            self.proc.kill()
+            _, err = self.proc.communicate()
+            raise RuntimeError(f"{role} did not start: {err.strip()[-500:]}")
+
+    @property
+    def pid(self) -> int:
+        """The process id."""
+        return self.proc.pid
+
+    def rss(self) -> int:
+        """Resident set size now, in bytes."""
+        return self._status("VmRSS")
+
+    def peak(self) -> int:
+        """Highest resident set size since start or reset_peak(), in bytes."""
+        return self._status("VmHWM")
+
+    def reset_peak(self) -> None:
+        """Start the high-water mark again from the current RSS."""
+        with open(f"/proc/{self.pid}/clear_refs", "w") as f:
+            f.write("5")
+
+    def _status(self, key: str) -> int:
+        with open(f"/proc/{self.pid}/status") as f:
+            for line in f:
+                if line.startswith(key + ":"):
+                    return int(line.split()[1]) * 1024
+        raise RuntimeError(f"no {key} in /proc/{self.pid}/status")
+
+    def stop(self, timeout: float = 60.0) -> tuple[float, int, str]:
+        """SIGTERM; (seconds until it exited, exit status, its stderr).
+        Killed if it has not exited within `timeout` (then inf seconds)."""
+        t0 = time.monotonic()
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            _, err = self.proc.communicate(timeout=timeout)
+            return time.monotonic() - t0, self.proc.returncode, err
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            _, err = self.proc.communicate()
+            return float("inf"), self.proc.returncode, err
