@@ -11,6 +11,8 @@ import pytest
 
 from pylimiter._cli import run
 from pylimiter.pulsar.balance.generate import GeneratorSpec
+from pylimiter.pulsar._settings import flag_of
+from pylimiter.pulsar.balance.cluster import Settings
 from pylimiter.pulsar.balance.pipeline import PROG, build_parser, main
 from pylimiter.pulsar.balance.source import GeneratedSource
 from tests._helpers import run_module
@@ -237,10 +239,14 @@ def test_help_documents_every_option():
     sub = build_parser()._subparsers._group_actions[0].choices["simulate"]
     for action in sub._actions:
         for opt in action.option_strings:
-            assert opt in text
-    for needle in ("(default: 600000)", "(default: range_equally_divide)",
-                   "loadBalancerBrokerThresholdShedderPercentage (default: 10",
-                   "loadBalancerNamespaceMaximumBundles (default: 128)",
+            assert opt in text, opt
+    # every setting's flag, Pulsar key and default come from its declaration
+    for f in Settings.settings():
+        assert f"{flag_of(f)} " in text and f"{f.metadata['key']}" in text, f.name
+    for needle in ("(default: 600000)", "--no-auto-split turns off: split bundles",
+                   "overrides defaultNamespaceBundleSplitAlgorithm (default range_equally_divide)",
+                   "overrides loadBalancerBrokerThresholdShedderPercentage (default 10 %)",
+                   "overrides loadBalancerNamespaceMaximumBundles (default 128 bundles)",
                    "(default: reports/balance)", "(default: local[*])"):
         assert needle in text, needle
     assert _cli("--version").stdout.startswith(PROG)
@@ -248,12 +254,16 @@ def test_help_documents_every_option():
 
 @pytest.mark.slow
 @pytest.mark.parametrize("argv, needle", [
-    (["simulate", "--split-algorithm", "hash_divide"], "invalid choice: 'hash_divide'"),
+    (["simulate", "--split-algorithm", "hash_divide"],
+     "split_algorithm must be one of range_equally_divide"),
     (["simulate", "--topics", "-5"], "must be at least 1, got -5"),
     (["simulate", "--brokers", "0"], "must be at least 1, got 0"),
-    (["simulate", "--max-topics", "-1"], "must be >= 0, got -1"),
-    (["simulate", "--max-msg-rate", "-3"], "must be a finite number >= 0"),
-    (["simulate", "--history", "1.5"], "must be between 0 and 1"),
+    (["simulate", "--max-topics", "-1"], "max_topics must be an integer from 0 to"),
+    (["simulate", "--max-sessions", "-2"], "max_sessions must be an integer from -1 to"),
+    (["simulate", "--max-msg-rate", "-3"], "max_msg_rate must be a number from 0 to"),
+    (["simulate", "--max-msg-rate", "nan"], "max_msg_rate must be a number from 0 to"),
+    (["simulate", "--history", "1.5"], "history must be a number from 0 to 1, not 1.5"),
+    (["simulate", "--grace-steps", "2.5"], "must be an integer, not '2.5'"),
     (["simulate", "--weights", "gpu=1"], "expected name=weight pairs"),
     (["simulate", "--split-positions", "0x1ffffffff"], "within 0..0xffffffff"),
     (["simulate", "--out", "/proc/nope/x"], "cannot write to /proc/nope/x"),
@@ -278,9 +288,13 @@ def test_settings_from_the_command_line():
     args = build_parser().parse_args([
         "simulate", "--weights", "cpu=2,direct-memory=0.5", "--split-algorithm",
         "specified_positions_divide", "--split-positions", "0x40000000,3221225472",
-        "--no-unload-split-bundles", "--lower-boundary-shedding", "--max-sessions", "0"])
+        "--no-auto-unload-split-bundles", "--lower-boundary-shedding", "--max-sessions", "0"])
     s = settings_from(args)
     assert s.weights == LoadWeights(cpu=2, direct_memory=0.5)
     assert s.split_positions == (0x40000000, 0xC0000000)
     assert not s.auto_unload_split_bundles and s.lower_boundary_shedding
     assert s.max_sessions == 0
+    s = settings_from(build_parser().parse_args(["simulate", "--no-auto-split", "--history", "0",
+                                                 "--max-msg-rate", "5"]))
+    assert not s.auto_split and s.auto_unload_split_bundles
+    assert s.history == 0 and s.max_msg_rate == 5.0 and s.max_sessions == 1000

@@ -164,7 +164,7 @@ def test_simulator_end_to_end(spark, tmp_path, capsys):
 
     out = tmp_path / "cache"
     rc = main(["simulate", "--workloads", "catchup,keyshared",
-               "--managedLedgerCacheSizeMB", "1,4", "--scale", "0.05", "--duration", "2",
+               "--cache-size-mb", "1,4", "--scale", "0.05", "--duration", "2",
                "--scan-topics", "10,100", "--no-progress", "--out", str(out)], spark=spark)
     cap = capsys.readouterr()
     assert rc == 0, cap.out + cap.err
@@ -202,12 +202,38 @@ def test_cli_version_and_help():
     assert v.returncode == 0 and "pylimiter-pulsar" in v.stdout
     h = _cli("simulate", "--help")
     assert h.returncode == 0 and "(default: 8.0,32.0,128.0)" in h.stdout
+    assert "--eviction-watermark N" in h.stdout and "--managedLedger" not in h.stdout
+
+
+def test_flags_keys_and_defaults_come_from_the_declaration():
+    from pylimiter.pulsar._settings import flag_of
+    from pylimiter.pulsar.cache import SETTINGS
+    from pylimiter.pulsar.cache._common import CacheSettings
+    from pylimiter.pulsar.cache.pipeline import build_parser, settings_from
+
+    sub = build_parser()._subparsers._group_actions[0].choices["simulate"]
+    helps = {opt: a.help for a in sub._actions for opt in a.option_strings}
+    for f in CacheSettings.settings():
+        if f.metadata["group"] == "policy":       # fixed by each policy, no flag
+            assert flag_of(f) not in helps
+            continue
+        assert f.metadata["key"] in helps[flag_of(f)], f.name
+    assert helps["--time-threshold-ms"].endswith("(default 1000 ms)")
+    assert SETTINGS["managedLedgerCacheEvictionIntervalMs"] == 10.0
+    assert settings_from(sub.parse_args([])) == CacheSettings()
+    s = settings_from(sub.parse_args(["--max-requeue", "0", "--eviction-watermark", "0.5"]))
+    assert (s.max_requeue, s.eviction_watermark, s.time_threshold_ms) == (0, 0.5, 1000.0)
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("args, needle", [
     (["simulate", "--policies", "pip430,arc"], "unknown 'arc'"),
-    (["simulate", "--managedLedgerCacheSizeMB", "8,-1"], "expected numbers >= 0"),
+    (["simulate", "--cache-size-mb", "8,-1"], "cache_size_mb must be a number from 0 to"),
+    (["simulate", "--cache-size-mb", ","], "expected comma-separated values"),
+    (["simulate", "--eviction-watermark", "0.99"],
+     "eviction_watermark must be a number from 0 to 0.98, not 0.99"),
+    (["simulate", "--eviction-interval-ms", "0"], "eviction_interval_ms must be a number from"),
+    (["simulate", "--max-requeue", "1.5"], "must be an integer, not '1.5'"),
     (["simulate", "--scale", "0"], "must be a finite number > 0"),
     (["simulate", "--out", "/proc/nope"], "cannot write to /proc/nope"),
     (["simulate", "--master", "mesos://127.0.0.1:1"], "unsupported master URL"),

@@ -21,16 +21,15 @@ from ..._cli import (
     UsageError,
     fmt_rate,
     fmt_seconds,
-    fraction,
     make_parser,
     non_negative_float,
-    non_negative_int,
     positive_float,
     positive_int,
     run,  # re-exported: __main__.py is `run(main, PROG)` and nothing else
     subparsers,
 )
 from ...spark.progress import JobProgress
+from .._settings import add_setting_flags, setting_overrides
 from ...spark.report import command_line
 from ...spark.rows import schema
 from ...spark.session import add_run_flags, preflight, spark_session, sql_conf, write_table
@@ -40,7 +39,7 @@ from .load import LoadWeights
 from .replay import TABLES, RunResult, simulate
 from .report import summary_rows, write_report
 from .source import GeneratedSource, open_source
-from .split import MIB, SPLIT_ALGORITHMS
+from .split import MIB
 
 __all__ = ["PROG", "build_parser", "main", "run", "settings_from", "write_tables"]
 
@@ -104,44 +103,11 @@ def build_parser() -> argparse.ArgumentParser:
     cl.add_argument("--broker-bandwidth-mbytes", type=positive_float, default=200,
                     help="NIC capacity per direction, MiB/s")
     sp = p.add_argument_group("bundle splitting")
-    sp.add_argument("--split-algorithm", choices=SPLIT_ALGORITHMS, default="range_equally_divide",
-                    help="defaultNamespaceBundleSplitAlgorithm")
+    add_setting_flags(sp, Settings, group="split")
     sp.add_argument("--split-positions", type=_positions, default=None, metavar="H1,H2,...",
                     help="hash positions for specified_positions_divide")
-    sp.add_argument("--default-bundles", type=positive_int, default=4,
-                    help="defaultNumberOfNamespaceBundles")
-    sp.add_argument("--max-topics", type=non_negative_int, default=1000,
-                    help="loadBalancerNamespaceBundleMaxTopics")
-    sp.add_argument("--max-sessions", type=non_negative_int, default=1000,
-                    help="loadBalancerNamespaceBundleMaxSessions (0: no limit)")
-    sp.add_argument("--max-msg-rate", type=non_negative_float, default=30000,
-                    help="loadBalancerNamespaceBundleMaxMsgRate, msg/s")
-    sp.add_argument("--max-bandwidth-mbytes", type=non_negative_float, default=100,
-                    help="loadBalancerNamespaceBundleMaxBandwidthMbytes, MiB/s")
-    sp.add_argument("--max-bundles", type=positive_int, default=128,
-                    help="loadBalancerNamespaceMaximumBundles")
-    sp.add_argument("--flow-threshold-pct", type=non_negative_float, default=10,
-                    help="flowOrQpsDifferenceThresholdPercentage")
-    sp.add_argument("--no-auto-split", action="store_true",
-                    help="loadBalancerAutoBundleSplitEnabled=false")
-    sp.add_argument("--no-unload-split-bundles", action="store_true",
-                    help="loadBalancerAutoUnloadSplitBundlesEnabled=false: split children stay "
-                         "on the parent's broker")
     sh = p.add_argument_group("placement and shedding")
-    sh.add_argument("--overload-threshold-pct", type=non_negative_float, default=85,
-                    help="loadBalancerBrokerOverloadedThresholdPercentage")
-    sh.add_argument("--threshold-pct", type=non_negative_float, default=10,
-                    help="loadBalancerBrokerThresholdShedderPercentage")
-    sh.add_argument("--history", type=fraction, default=0.9,
-                    help="loadBalancerHistoryResourcePercentage")
-    sh.add_argument("--min-throughput-mb", type=non_negative_float, default=10,
-                    help="loadBalancerBundleUnloadMinThroughputThreshold, MB/s")
-    sh.add_argument("--lower-boundary-shedding", action="store_true",
-                    help="lowerBoundarySheddingEnabled=true")
-    sh.add_argument("--grace-steps", type=non_negative_int, default=30,
-                    help="loadBalancerSheddingGracePeriodMinutes, in steps")
-    sh.add_argument("--broker-max-topics", type=positive_int, default=50000,
-                    help="loadBalancerBrokerMaxTopics")
+    add_setting_flags(sh, Settings, group="shedding")
     # A string default: argparse runs it through _weights, and --help shows it.
     sh.add_argument("--weights", type=_weights, metavar="NAME=W,...",
                     default="cpu=1,memory=0,direct_memory=0,bandwidth_in=1,bandwidth_out=1",
@@ -153,25 +119,18 @@ def build_parser() -> argparse.ArgumentParser:
 def settings_from(args) -> Settings:
     """The Settings the command line describes (a UsageError if they do not
     fit together)."""
-    if args.split_algorithm == "specified_positions_divide" and not args.split_positions:
+    given = setting_overrides(args, Settings)
+    chosen = {**Settings().as_dict(), **given}
+    if chosen["split_algorithm"] == "specified_positions_divide" and not args.split_positions:
         raise UsageError("--split-algorithm specified_positions_divide needs --split-positions")
-    if args.default_bundles > args.max_bundles:
-        raise UsageError(f"--default-bundles {args.default_bundles} is above --max-bundles "
-                         f"{args.max_bundles}")
+    if chosen["default_bundles"] > chosen["max_bundles"]:
+        raise UsageError(f"--default-bundles {chosen['default_bundles']} is above "
+                         f"--max-bundles {chosen['max_bundles']}")
     cap = BrokerCapacity(msg_rate=args.broker_msg_rate,
                          bandwidth_in=args.broker_bandwidth_mbytes * MIB,
                          bandwidth_out=args.broker_bandwidth_mbytes * MIB)
-    return Settings(
-        default_bundles=args.default_bundles, split_algorithm=args.split_algorithm,
-        split_positions=args.split_positions, auto_split=not args.no_auto_split,
-        auto_unload_split_bundles=not args.no_unload_split_bundles, max_topics=args.max_topics,
-        max_sessions=args.max_sessions, max_msg_rate=args.max_msg_rate,
-        max_bandwidth_mbytes=args.max_bandwidth_mbytes, max_bundles=args.max_bundles,
-        flow_threshold_pct=args.flow_threshold_pct,
-        overload_threshold_pct=args.overload_threshold_pct, threshold_pct=args.threshold_pct,
-        history=args.history, min_throughput_mb=args.min_throughput_mb,
-        lower_boundary_shedding=args.lower_boundary_shedding, grace_steps=args.grace_steps,
-        broker_max_topics=args.broker_max_topics, weights=args.weights, capacity=cap)
+    return Settings(**given, split_positions=args.split_positions, weights=args.weights,
+                    capacity=cap)
 
 
 # ---- output --------------------------------------------------------------------------
@@ -236,7 +195,7 @@ def main(argv: Optional[Sequence[str]] = None, *, spark=None) -> int:
     settings = settings_from(args)
     preflight(args.master, spark, ["pyspark", "pandas", "matplotlib", "rich"])
     print(f"{PROG} simulate: {_describe(args)}; {args.brokers} brokers; "
-          f"{args.split_algorithm}; Spark {args.master if spark is None else 'session given'}",
+          f"{settings.split_algorithm}; Spark {args.master if spark is None else 'session given'}",
           flush=True)
     spec = GeneratorSpec(topics=args.topics, namespaces=args.namespaces, steps=args.steps,
                          seed=args.seed)

@@ -214,31 +214,12 @@ def _heatmap_figure(brokers, out: Path) -> Path:
 
 def _settings_rows(s) -> list[tuple[str, str, str]]:
     w = s.weights
-    return [
-        ("defaultNumberOfNamespaceBundles", str(s.default_bundles), "--default-bundles"),
-        ("defaultNamespaceBundleSplitAlgorithm", s.split_algorithm, "--split-algorithm"),
-        ("loadBalancerAutoBundleSplitEnabled", str(s.auto_split).lower(), "--no-auto-split"),
-        ("loadBalancerAutoUnloadSplitBundlesEnabled", str(s.auto_unload_split_bundles).lower(),
-         "--no-unload-split-bundles"),
-        ("loadBalancerNamespaceBundleMaxTopics", str(s.max_topics), "--max-topics"),
-        ("loadBalancerNamespaceBundleMaxSessions", str(s.max_sessions), "--max-sessions"),
-        ("loadBalancerNamespaceBundleMaxMsgRate", f"{s.max_msg_rate:g}", "--max-msg-rate"),
-        ("loadBalancerNamespaceBundleMaxBandwidthMbytes", f"{s.max_bandwidth_mbytes:g}",
-         "--max-bandwidth-mbytes"),
-        ("loadBalancerNamespaceMaximumBundles", str(s.max_bundles), "--max-bundles"),
-        ("flowOrQpsDifferenceThresholdPercentage", f"{s.flow_threshold_pct:g}",
-         "--flow-threshold-pct"),
-        ("loadBalancerBrokerOverloadedThresholdPercentage", f"{s.overload_threshold_pct:g}",
-         "--overload-threshold-pct"),
-        ("loadBalancerBrokerThresholdShedderPercentage", f"{s.threshold_pct:g}",
-         "--threshold-pct"),
-        ("loadBalancerHistoryResourcePercentage", f"{s.history:g}", "--history"),
-        ("loadBalancerBundleUnloadMinThroughputThreshold", f"{s.min_throughput_mb:g}",
-         "--min-throughput-mb"),
-        ("lowerBoundarySheddingEnabled", str(s.lower_boundary_shedding).lower(),
-         "--lower-boundary-shedding"),
-        ("loadBalancerSheddingGracePeriodMinutes", str(s.grace_steps), "--grace-steps"),
-        ("loadBalancerBrokerMaxTopics", str(s.broker_max_topics), "--broker-max-topics"),
+    rows = s.table()
+    if s.split_positions:
+        rows.append(("(admin API) split positions", ", ".join(f"{p:#010x}" for p in
+                                                             s.split_positions),
+                     "--split-positions"))
+    return rows + [
         ("loadBalancer{CPU,Memory,DirectMemory,BandwithIn,BandwithOut}ResourceWeight",
          f"{w.cpu:g}, {w.memory:g}, {w.direct_memory:g}, {w.bandwidth_in:g}, "
          f"{w.bandwidth_out:g}", "--weights"),

@@ -24,7 +24,6 @@ from ..._cli import (
     fmt_seconds,
     make_parser,
     name_list,
-    non_negative_int,
     number_list,
     positive_float,
     positive_int,
@@ -35,12 +34,14 @@ from ...spark.progress import JobProgress
 from ...spark.report import command_line
 from ...spark.rows import failure_row, schema, typed_row
 from ...spark.session import add_run_flags, preflight, spark_session, write_table
+from .._settings import add_setting_flags, add_sweep_flag, setting_overrides
+from ._common import CacheSettings
 from .policies import POLICIES
 from .replay import RESULT_FIELDS
 from .report import RunResult, write_report
 from .workloads import WORKLOADS
 
-__all__ = ["PROG", "UsageError", "build_parser", "expand_grid", "main", "run"]
+__all__ = ["PROG", "UsageError", "build_parser", "expand_grid", "main", "run", "settings_from"]
 
 PROG = "python -m pylimiter.pulsar.cache"
 SCAN_POLICIES = ("pip430", "lru", "legacy")
@@ -48,13 +49,6 @@ SCAN_FIELDS = [("topics", "int"), ("policy", "string"), ("ns_per_pass", "double"
 
 
 # ---- arguments ---------------------------------------------------------------------
-
-
-def _fraction(text: str) -> float:
-    v = positive_float(text)
-    if v > 0.98:
-        raise argparse.ArgumentTypeError(f"must be in (0, 0.98] (the trigger), got {text}")
-    return v
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -74,20 +68,9 @@ def build_parser() -> argparse.ArgumentParser:
                     help="comma-separated")
     sp.add_argument("--policies", type=name_list(list(POLICIES)), default=list(POLICIES),
                     help="comma-separated")
-    sp.add_argument("--managedLedgerCacheSizeMB", dest="cache_mb", metavar="MB,...",
-                    type=number_list(float, 0.0), default=[8.0, 32.0, 128.0],
-                    help="cache sizes to sweep")
-    sp.add_argument("--managedLedgerCacheEvictionWatermark", dest="watermark", type=_fraction,
-                    default=0.9, help="size eviction frees down to this fraction")
-    sp.add_argument("--managedLedgerCacheEvictionTimeThresholdMillis", dest="threshold_ms",
-                    type=positive_float, default=1000.0, help="entry TTL before requeues")
-    sp.add_argument("--managedLedgerCacheEvictionIntervalMs", dest="interval_ms",
-                    type=positive_float, default=10.0,
-                    help="simulated time between eviction passes")
-    sp.add_argument(
-        "--managedLedgerCacheEvictionExtendTTLOfEntriesWithRemainingExpectedReadsMaxTimes",
-        dest="max_requeue", type=non_negative_int, default=5,
-        help="requeues of an entry with expected reads (pip430)")
+    add_sweep_flag(sp, CacheSettings, "cache_size_mb", [8.0, 32.0, 128.0])
+    pulsar = sp.add_argument_group("eviction settings (the policies fix the switches)")
+    add_setting_flags(pulsar, CacheSettings, group="eviction")
     sp.add_argument("--seeds", type=positive_int, default=1, help="traces per workload")
     sp.add_argument("--scale", type=positive_float, default=1.0,
                     help="multiplies every workload's topic count")
@@ -111,9 +94,7 @@ def _replay_partition(rows):
         try:
             trace = Trace(row["workload"], row["seed"], scale=row["scale"],
                           duration=row["duration"])
-            res = replay(trace, row["policy"], int(row["cache_mb"] * (1 << 20)),
-                         time_threshold_ms=row["threshold_ms"], interval_ms=row["interval_ms"],
-                         max_requeue=row["max_requeue"], eviction_watermark=row["watermark"])
+            res = replay(trace, row["policy"], int(row["cache_mb"] * (1 << 20)), row["settings"])
         except Exception as exc:
             res = failure_row({k: row.get(k) for k in ("workload", "policy", "cache_mb", "seed")},
                               exc)
@@ -129,14 +110,19 @@ def _scan_partition(rows):
                             SCAN_FIELDS)
 
 
+def settings_from(args) -> CacheSettings:
+    """The eviction settings the command line gives (Pulsar's defaults for
+    the others)."""
+    return CacheSettings(**setting_overrides(args, CacheSettings, group="eviction"))
+
+
 def expand_grid(args) -> list[dict]:
     """The replay points, shuffled (seeded) so heavy ones spread over
     executors."""
+    settings = settings_from(args)
     points = [dict(workload=w, policy=p, cache_mb=mb, seed=s + 1, scale=args.scale,
-                   duration=args.duration, threshold_ms=args.threshold_ms,
-                   interval_ms=args.interval_ms, max_requeue=args.max_requeue,
-                   watermark=args.watermark)
-              for w in args.workloads for p in args.policies for mb in args.cache_mb
+                   duration=args.duration, settings=settings)
+              for w in args.workloads for p in args.policies for mb in args.cache_size_mb
               for s in range(args.seeds)]
     random.Random(1).shuffle(points)
     return points
@@ -174,7 +160,7 @@ def main(argv: Optional[Sequence[str]] = None, *, spark=None) -> int:
     scan = [t for t in args.scan_topics if t > 0]
     print(f"pylimiter entry cache simulator: {len(grid)} replays "
           f"({len(args.workloads)} workloads x {len(args.policies)} policies x "
-          f"{len(args.cache_mb)} cache sizes x {args.seeds} seeds)"
+          f"{len(args.cache_size_mb)} cache sizes x {args.seeds} seeds)"
           + (f" + idle-pass cost at {','.join(map(str, scan))} topics" if scan else "")
           + f" on {args.master if spark is None else 'the given session'}", flush=True)
     t0 = time.perf_counter()
@@ -201,12 +187,8 @@ def main(argv: Optional[Sequence[str]] = None, *, spark=None) -> int:
         write_table(scan_df, out, "scan")
         res = RunResult(summary=summary.toPandas(), scan=scan_df.toPandas(),
                         workloads=args.workloads, policies=args.policies, seeds=args.seeds,
-                        scale=args.scale, settings={
-                            "managedLedgerCacheEvictionTimeThresholdMillis": args.threshold_ms,
-                            "managedLedgerCacheEvictionIntervalMs": args.interval_ms,
-                            "...ExtendTTLOfEntriesWithRemainingExpectedReadsMaxTimes":
-                                args.max_requeue,
-                            "managedLedgerCacheEvictionWatermark": args.watermark})
+                        scale=args.scale, settings=grid[0]["settings"] if grid
+                        else settings_from(args))
         index = write_report(out, res, spark_version=s.version,
                              command=command_line(PROG, argv))
     if failures:

@@ -39,6 +39,8 @@ from . import EntryCacheManager
 from ._common import (
     DEFAULT_EVICTION_TRIGGER,
     DEFAULT_EVICTION_WATERMARK,
+    DEFAULT_MAX_REQUEUE,
+    DEFAULT_TIME_THRESHOLD_MS,
     CacheStats,
     check_bound,
     check_max_size,
@@ -60,8 +62,9 @@ class Policy:
     invalidate_on: str          # "mark_delete" or "slowest_read"
     factory: Callable
 
-    def build(self, max_size_bytes: int, *, time_threshold_ms: float = 1000,
-              max_requeue: int = 5, eviction_watermark: float = DEFAULT_EVICTION_WATERMARK,
+    def build(self, max_size_bytes: int, *, time_threshold_ms: float = DEFAULT_TIME_THRESHOLD_MS,
+              max_requeue: int = DEFAULT_MAX_REQUEUE,
+              eviction_watermark: float = DEFAULT_EVICTION_WATERMARK,
               clock: Callable[[], int] = time.monotonic_ns):
         """A fresh manager for ``max_size_bytes`` with this policy
         (managedLedgerCacheEvictionTimeThresholdMillis, ...MaxTimes,

@@ -10,6 +10,7 @@ from typing import Any, Optional
 
 from ..._cli import fmt_bytes
 from ...spark.report import FULL_WIDTH_IN, ReportPage, environment, pyplot, save_figure
+from ._common import CacheSettings
 from .policies import POLICIES
 from .workloads import WORKLOADS
 
@@ -24,7 +25,7 @@ CLAIM2_WORKLOADS = ("catchup", "keyshared")
 class RunResult:
     """What a sweep produced, for the page: the summary (one row per
     workload, policy and cache size) and the idle-pass costs as pandas
-    frames, and what was swept with which settings (Pulsar key -> value)."""
+    frames, and what was swept with which eviction settings."""
 
     summary: Any
     scan: Any
@@ -32,7 +33,7 @@ class RunResult:
     policies: list[str]
     seeds: int
     scale: float
-    settings: dict = field(default_factory=dict)
+    settings: CacheSettings = field(default_factory=CacheSettings)
 
 
 def _ns(ns: float) -> str:
@@ -152,7 +153,9 @@ def write_report(out: Path, res: RunResult, *, spark_version: Optional[str],
         subtitle="Generated traces replayed on each policy (same reads for all); "
                  "hit rate, bytes read from storage, eviction cost.",
         command=command,
-        env=environment(spark_version, **res.settings, seeds=res.seeds, scale=res.scale))
+        env=environment(spark_version, **{key: value for key, value, _ in
+                                          res.settings.table(group="eviction")},
+                        seeds=res.seeds, scale=res.scale))
     c1, _ = claim1(scan)
     c2, _ = claim2(summary)
     page.verdict(f"{c1} {c2}")
