@@ -51,12 +51,14 @@ def test_preflight_checks_the_master_first_then_the_modules():
     preflight("local[2]", None, ["math"])
 
 
+@pytest.mark.slow
 def test_spark_session_adopts_a_session_without_stopping_it(spark):
     with spark_session("spark://does-not-matter:1", spark=spark) as s:
         assert s is spark               # no master check, no new JVM
     assert spark.range(3).count() == 3  # still running
 
 
+@pytest.mark.slow
 def test_write_table_writes_one_parquet_and_one_csv_part(spark, tmp_path):
     df = spark.createDataFrame([(1, "a", 0.5), (2, "b", 1.5)], "n long, s string, x double")
     write_table(df.repartition(3), tmp_path, "t")
@@ -71,6 +73,7 @@ def test_write_table_writes_one_parquet_and_one_csv_part(spark, tmp_path):
         write_table(df, tmp_path, "t", formats=("orc",))
 
 
+@pytest.mark.slow
 def test_job_progress_counts_the_tasks_of_its_own_group_only(spark):
     sc = spark.sparkContext
     with JobProgress(sc, "outside", 100, enabled=False):
@@ -141,6 +144,7 @@ def test_command_line_quotes_arguments():
     assert report.command_line("python -m p", ["--a", "x y"]) == "python -m p --a 'x y'"
 
 
+@pytest.mark.slow
 def test_job_progress_leaves_no_job_group_behind(spark):
     sc = spark.sparkContext
     with JobProgress(sc, "scoped", 10, enabled=False) as p:
@@ -150,6 +154,7 @@ def test_job_progress_leaves_no_job_group_behind(spark):
     assert sc.getLocalProperty("spark.jobGroup.id") is None
 
 
+@pytest.mark.slow
 def test_sql_conf_restores_the_session(spark):
     from pylimiter.spark.session import sql_conf
 
@@ -160,6 +165,7 @@ def test_sql_conf_restores_the_session(spark):
     assert spark.conf.get(key) == before
 
 
+@pytest.mark.slow
 def test_cancel_on_interrupt_turns_ctrl_c_into_keyboard_interrupt(spark, capsys):
     """SIGINT during a job: the job is cancelled, one line is printed, and the
     block ends in KeyboardInterrupt (which _cli.run maps to exit 130)."""
@@ -215,6 +221,7 @@ def test_failure_row_keeps_the_base_and_names_the_exception_in_one_line():
     assert typed_row(row, FIELDS)[-1] == row["failure"]
 
 
+@pytest.mark.slow
 def test_schema_of_the_fields_and_unknown_types_refused(spark):
     from pylimiter.spark.rows import schema, typed_row
 

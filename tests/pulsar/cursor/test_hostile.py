@@ -23,7 +23,7 @@ from pylimiter.pulsar.cursor import (
 )
 from pylimiter.pulsar.cursor import ranges as ranges_mod
 
-from ._cache_support import hostile_values, memory_cap, outcome, run_isolated
+from ..hostile import hostile_values, memory_cap, outcome, run_isolated
 
 
 def check_cursor(c: Cursor):

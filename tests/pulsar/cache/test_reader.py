@@ -11,7 +11,7 @@ import pytest
 from pylimiter import PermitAcquireQueueFullError, PermitAcquireTimeoutError
 from pylimiter.pulsar.cache import EntryReader
 
-from ._cache_support import cm  # noqa: F401  (fixture)
+from .kit import cm  # noqa: F401  (fixture)
 
 
 class Storage:

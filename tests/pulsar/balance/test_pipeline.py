@@ -10,9 +10,9 @@ from __future__ import annotations
 import pytest
 
 from pylimiter._cli import run
-from pylimiter.pulsar.balance.generate import GeneratorSpec
 from pylimiter.pulsar._settings import flag_of
 from pylimiter.pulsar.balance.cluster import Settings
+from pylimiter.pulsar.balance.generate import GeneratorSpec
 from pylimiter.pulsar.balance.pipeline import PROG, build_parser, main
 from pylimiter.pulsar.balance.source import GeneratedSource
 from tests._helpers import run_module
@@ -56,6 +56,7 @@ GOOD = ("step,topic,msg_rate_in,msg_rate_out,msg_throughput_in,msg_throughput_ou
     (GOOD + "0,persistent://a/b/t1,1,2,3,4,1,1\n", "step 0 has topic persistent://a/b/t1 2 times"),
     ("step,topic,msg_rate_in\n0,persistent://a/b/c,1\n", "missing columns msg_rate_out"),
 ])
+@pytest.mark.slow
 def test_malformed_csv_is_one_line_naming_column_and_row(spark, capsys, tmp_path, text, needle):
     path = tmp_path / "bad.csv"
     path.write_text(text)
@@ -64,6 +65,7 @@ def test_malformed_csv_is_one_line_naming_column_and_row(spark, capsys, tmp_path
     assert needle in line and str(path) in line
 
 
+@pytest.mark.slow
 def test_malformed_json_line(spark, capsys, tmp_path):
     path = tmp_path / "bad.jsonl"
     good = ('{"step": 0, "topic": "persistent://a/b/t", "msg_rate_in": 1, "msg_rate_out": 1, '
@@ -73,6 +75,7 @@ def test_malformed_json_line(spark, capsys, tmp_path):
     assert "row 2 is not valid JSON" in line
 
 
+@pytest.mark.slow
 def test_parquet_with_wrong_types(spark, capsys, tmp_path):
     path = tmp_path / "bad.parquet"
     pd.DataFrame({"step": [0], "topic": [1], "msg_rate_in": [1.0], "msg_rate_out": [1.0],
@@ -84,6 +87,7 @@ def test_parquet_with_wrong_types(spark, capsys, tmp_path):
 
 @pytest.mark.parametrize("name, needle", [("rows.txt", "unknown file type '.txt'"),
                                           ("missing.csv", "no such file")])
+@pytest.mark.slow
 def test_unknown_or_missing_input(spark, capsys, tmp_path, name, needle):
     path = tmp_path / name
     if name != "missing.csv":
@@ -92,6 +96,7 @@ def test_unknown_or_missing_input(spark, capsys, tmp_path, name, needle):
     assert needle in line
 
 
+@pytest.mark.slow
 def test_option_combinations_that_do_not_fit(spark, capsys, tmp_path):
     line = _fail(spark, capsys, ["simulate", "--split-algorithm", "specified_positions_divide",
                                  "--out", str(tmp_path)])
@@ -117,6 +122,7 @@ def small_run(spark, tmp_path_factory):
     return out, rows
 
 
+@pytest.mark.slow
 def test_report_and_tables_are_written(small_run):
     out, _ = small_run
     html = (out / "index.html").read_text()
@@ -133,6 +139,7 @@ def test_report_and_tables_are_written(small_run):
     assert (out / "timings.json").exists()
 
 
+@pytest.mark.slow
 def test_splits_and_unloads_happen(small_run):
     out, _ = small_run
     dec = _table(out, "decisions")
@@ -141,6 +148,7 @@ def test_splits_and_unloads_happen(small_run):
     assert (dec[~dec["strategy"].str.endswith("+shed")]["action"] == "unload").sum() == 0
 
 
+@pytest.mark.slow
 def test_every_topic_lies_in_exactly_one_bundle_at_every_step(small_run):
     out, rows = small_run
     loads = _table(out, "bundle_loads")
@@ -154,6 +162,7 @@ def test_every_topic_lies_in_exactly_one_bundle_at_every_step(small_run):
         assert (hits == 1).all(), f"step {step}: {int((hits != 1).sum())} topics misplaced"
 
 
+@pytest.mark.slow
 def test_bundle_loads_sum_to_topic_loads_at_every_step(small_run):
     out, rows = small_run
     loads = _table(out, "bundle_loads")
@@ -168,6 +177,7 @@ def test_bundle_loads_sum_to_topic_loads_at_every_step(small_run):
             assert by_step.loc[step, c] == pytest.approx(topic_sums.loc[step, c], rel=1e-9)
 
 
+@pytest.mark.slow
 def test_every_bundle_owned_by_exactly_one_live_broker(small_run):
     out, _ = small_run
     bundles = _table(out, "bundles")
@@ -186,6 +196,7 @@ def test_every_bundle_owned_by_exactly_one_live_broker(small_run):
         assert b["last"].tolist() == [False] * (len(b) - 1) + [True]
 
 
+@pytest.mark.slow
 def test_replaying_the_rows_from_a_file_gives_the_same_decisions(spark, small_run, tmp_path):
     out, rows = small_run
     src = tmp_path / "rows.csv"
@@ -204,6 +215,7 @@ def test_replaying_the_rows_from_a_file_gives_the_same_decisions(spark, small_ru
     assert not (replay / "index.html").exists()
 
 
+@pytest.mark.slow
 def test_json_lines_and_parquet_inputs(spark, tmp_path):
     rows = pd.DataFrame({
         "step": [0, 0, 1, 1], "topic": [f"persistent://a/b/t{i}" for i in (1, 2, 1, 2)],
