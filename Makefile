@@ -32,8 +32,9 @@ debug: venv
 # the Relacy memory-model check, the Spark pipelines on one shared local
 # session, the CLIs; then the public API again in env-var pure mode (the
 # pipelines, CLIs and the C core alone, already run, are left out there),
-# and a pure install in a venv of its own.
+# and a pure install in a venv of its own; ruff check (pyproject's rules) first.
 test: build relacy
+	$(PY) -m ruff check .
 	$(PY) -m pytest
 	PYLIMITER_NO_EXTENSIONS=1 $(PY) -m pytest --no-c-extensions -q -m "not slow and not spark and not c_core"
 	$(MAKE) test-pure
@@ -178,5 +179,14 @@ proto: venv
 	$(PY) -m grpc_tools.protoc -I$(PROTO_DIR) --python_out=$(PROTO_DIR) \
 	    $(PROTO_DIR)/pulsar_topiclist.proto
 
+# The wheels already in wheels/dist checked again without rebuilding them:
+# contents, then the suite in a fresh venv of each CPython that can run one.
+check-wheels: venv
+	$(PY) wheels/check_wheels.py wheels/dist
+
+# Every extension's build output: Cython's .c (and annotated .html) beside
+# each .pyx, and the compiled modules.
+PYX := $(shell find pylimiter -name '*.pyx')
 clean:
-	rm -rf build dist *.egg-info pylimiter/*.so pylimiter/_limiter_c.c reports .pytest_cache
+	rm -rf build dist *.egg-info reports .pytest_cache $(PYX:.pyx=.c) $(PYX:.pyx=.html)
+	find pylimiter -name '*.so' -delete

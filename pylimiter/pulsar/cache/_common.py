@@ -10,10 +10,10 @@ against both.
 from __future__ import annotations
 
 import math
-import reprlib
 from dataclasses import dataclass
 
 from .._settings import Settings, setting
+from .._show import show
 
 #: Pulsar's fixed size-eviction trigger (evictionTriggerThresholdPercent).
 DEFAULT_EVICTION_TRIGGER = 0.98
@@ -70,19 +70,6 @@ MAX_ID = (1 << 63) - 1
 #: implementations saturate it here.
 MAX_U64 = (1 << 64) - 1
 
-
-_REPR = reprlib.Repr()
-_REPR.maxstring = _REPR.maxother = 80
-
-
-def show(value) -> str:
-    """A short repr of a caller's value for an error message: never longer
-    than a line, and never an exception of its own (a foreign __repr__ may
-    raise)."""
-    try:
-        return _REPR.repr(value)
-    except Exception:
-        return f"<{type(value).__name__} object>"
 
 #: What an entry costs in memory beyond its payload, in the C implementation
 #: at its largest (the entry object with its links and position, plus its

@@ -1,13 +1,11 @@
-"""Shared by the cache tests: the cache implementation under test
-(following the limiter's `impl` fixture, so --no-c-extensions deselects the
-C runs the same way), a settable clock, the consistency checks a manager
+"""Shared by the cache tests (their `cm` fixture is in conftest.py): the
+implementations' modules, a settable clock, the consistency checks a manager
 must pass after anything, and every cache object in every state (for the
 attribute walk of tests/pulsar/hostile.py)."""
 
 from __future__ import annotations
 
 import sys
-from importlib import import_module
 
 import pytest
 
@@ -31,12 +29,6 @@ def examples(n: int) -> int:
 
 release_only = pytest.mark.skipif(
     DEBUG_BUILD, reason="a simulator workload: too slow under Py_DEBUG, run by the release build")
-
-
-@pytest.fixture
-def cm(impl):
-    """The cache module (_cache_c or _cache_py) matching `impl`."""
-    return import_module(MODULES[impl.tag])
 
 
 class FakeClock:

@@ -27,16 +27,7 @@ from pylimiter.pulsar.cache import (
 )
 
 from ..hostile import hostile_values, outcome, run_isolated
-from .kit import (  # noqa: F401  (cm is a fixture)
-    DEBUG_BUILD,
-    MODULES,
-    MS,
-    FakeClock,
-    ScriptedClock,
-    check_manager,
-    cm,
-    snapshot,
-)
+from .kit import DEBUG_BUILD, MODULES, MS, FakeClock, ScriptedClock, check_manager, snapshot
 
 C, PY = MODULES["c"], MODULES["python"]
 both = pytest.mark.parametrize("modname", [pytest.param(C, marks=pytest.mark.c_extension), PY],

@@ -8,7 +8,7 @@ from array import array
 
 import pytest
 
-from .kit import MS, FakeClock, cm  # noqa: F401  (fixture)
+from .kit import MS, FakeClock
 
 KB = b"x" * 100
 
