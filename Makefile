@@ -33,8 +33,10 @@ debug: venv
 # the Relacy memory-model check, the Spark pipelines on one shared local
 # session, the CLIs; then the public API again in env-var pure mode (the
 # pipelines, CLIs and the C core alone, already run, are left out there),
-# and a pure install in a venv of its own; then the Py_DEBUG tier.
+# and a pure install in a venv of its own; then the Py_DEBUG tier.  ruff
+# check (pyproject's rules) first.
 test: build relacy
+	$(PY) -m ruff check .
 	$(PY) -m pytest
 	PYLIMITER_NO_EXTENSIONS=1 $(PY) -m pytest --no-c-extensions -q -m "not slow and not spark and not c_core"
 	$(MAKE) test-pure
@@ -61,10 +63,10 @@ DBG_CORE := tests/test_api.py tests/test_semaphore.py tests/test_dual.py tests/t
 	tests/test_prometheus.py tests/test_differential.py tests/test_crash.py \
 	tests/test_attributes.py tests/test_misuse.py tests/test_base_exceptions.py \
 	tests/test_twin_parity.py tests/test_hostile.py
-DBG_CACHE := $(filter-out tests/pulsar/test_cache_c_core.py,$(wildcard tests/pulsar/test_cache_*.py))
+DBG_CACHE := $(wildcard tests/pulsar/cache/test_*.py)
 DBG_STRESS := tests/test_wakeups.py tests/test_habits.py tests/test_await_path.py \
-	tests/test_base_exceptions.py tests/test_misuse.py tests/pulsar/test_cache_manager.py \
-	tests/pulsar/test_cache_reader.py tests/pulsar/test_cache_queue.py
+	tests/test_base_exceptions.py tests/test_misuse.py tests/pulsar/cache/test_manager.py \
+	tests/pulsar/cache/test_reader.py tests/pulsar/cache/test_queue.py
 DBG_PYTEST := -X dev -W error -m pytest -q -rfE -p no:cacheprovider -m "not spark"
 DBG_CFLAGS := -O0 -g -UNDEBUG -DPLIM_DEBUG=1 -fno-omit-frame-pointer \
 	-fsanitize=address,undefined -fno-sanitize-recover=undefined
@@ -268,5 +270,14 @@ proto: venv
 	$(PY) -m grpc_tools.protoc -I$(PROTO_DIR) --python_out=$(PROTO_DIR) \
 	    $(PROTO_DIR)/pulsar_topiclist.proto
 
+# The wheels already in wheels/dist checked again without rebuilding them:
+# contents, then the suite in a fresh venv of each CPython that can run one.
+check-wheels: venv
+	$(PY) wheels/check_wheels.py wheels/dist
+
+# Every extension's build output: Cython's .c (and annotated .html) beside
+# each .pyx, and the compiled modules.
+PYX := $(shell find pylimiter -name '*.pyx')
 clean:
-	rm -rf build dist *.egg-info pylimiter/*.so pylimiter/_limiter_c.c reports .pytest_cache
+	rm -rf build dist *.egg-info reports .pytest_cache $(PYX:.pyx=.c) $(PYX:.pyx=.html)
+	find pylimiter -name '*.so' -delete

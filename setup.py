@@ -1,8 +1,9 @@
-"""Build configuration: the one C extension and its switches.
+"""Build configuration: the two C extensions (the limiter, pylimiter._limiter_c;
+the broker entry cache, pylimiter.pulsar.cache._cache_c) and their switches.
 
 PYLIMITER_NO_EXTENSIONS=1     build and install the pure-Python package only
 PYLIMITER_DEBUG_BUILD=1       -O0 -g3, assertions and PLIM_DEBUG on
-PYLIMITER_SANITIZE=thread|address   build the extension with a sanitizer
+PYLIMITER_SANITIZE=thread|address   build the extensions with a sanitizer
 """
 
 import os

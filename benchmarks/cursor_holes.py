@@ -209,7 +209,7 @@ def speed(acks, rounds: int) -> dict:
 def random_acks(n: int) -> int:
     """CPU seconds of n acks in random order, per layout."""
     for label, acks in (("every other entry of one ledger", [(1, 2 * e) for e in range(n)]),
-                        ("one entry in each of n ledgers", [(l, 0) for l in range(n)]),
+                        ("one entry in each of n ledgers", [(led, 0) for led in range(n)]),
                         ("a permutation of one ledger", [(1, e) for e in range(n)])):
         random.Random(2).shuffle(acks)
         s = AckRangeSet()

@@ -239,7 +239,7 @@ def parent(args) -> int:
 def main(argv=None) -> int:
     from pylimiter._cli import make_parser, positive_float, run
 
-    from pylimiter.bench.runner import name_list as names
+    from pylimiter._cli import name_list as names
 
     from .figures import BY_KEY
 

@@ -5,7 +5,6 @@ fixture raises); only --no-c-extensions deselects them."""
 from __future__ import annotations
 
 import argparse
-import asyncio
 import gc
 import os
 

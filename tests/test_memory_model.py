@@ -16,7 +16,7 @@ MODEL = Path(__file__).resolve().parent / "model" / "plim_relacy.cpp"
 CXX = os.environ.get("CXX", "g++")
 RELACY = Path("/usr/include/relacy/relacy.hpp")
 
-pytestmark = [pytest.mark.c_core, pytest.mark.skipif(
+pytestmark = [pytest.mark.c_core, pytest.mark.slow, pytest.mark.skipif(
     not MODEL.exists() or shutil.which(CXX) is None or not RELACY.exists(),
     reason="needs the model source, a C++ compiler and relacy-dev",
 )]

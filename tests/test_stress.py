@@ -7,8 +7,6 @@ import asyncio
 import random
 import threading
 
-import pytest
-
 from pylimiter import PermitAcquireError
 from tests._helpers import run
 

@@ -88,7 +88,7 @@ def find_python(version: str) -> Path | None:
 #: (the pure twins are fallbacks only under PYLIMITER_NO_EXTENSIONS).
 EXTENSIONS = ["pylimiter._limiter_c", "pylimiter.pulsar.cache._cache_c"]
 WHEEL_MUST = ["pylimiter/__init__.py", "pylimiter/py.typed", "pylimiter/spark/session.py",
-              "pylimiter/bench/runner.py", "pylimiter/pulsar/__init__.py",
+              "pylimiter/bench/pipeline.py", "pylimiter/pulsar/__init__.py",
               "pylimiter/pulsar/topiclist/pulsar_topiclist_pb2.py", "pylimiter/pulsar/balance/__init__.py",
               "pylimiter/pulsar/cache/__init__.py", "pylimiter/pulsar/cursor/__init__.py",
               "pylimiter/prometheus.py"]

@@ -1,5 +1,2 @@
-import sys
-
-from .runner import main
-
-sys.exit(main())
+from .pipeline import PROG, main, run
+raise SystemExit(run(main, PROG))

@@ -8,24 +8,47 @@ panel.  The verdict paragraph is computed from the summary table.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 from ..spark.report import (
     FULL_WIDTH_IN,
     ReportPage,
-    command_line,
     environment,
     pyplot as _plt,
     save_figure,
 )
 
+__all__ = ["RunResult", "print_summary", "summary_rows", "verdict", "write_report"]
+
 IMPL_COLORS = {"c": "#1f77b4", "python": "#ff7f0e", "anchor": "#555555"}
 IMPL_LABELS = {"c": "pylimiter (C)", "python": "pylimiter (pure Python)"}
 
 
+
+
+@dataclass
+class RunResult:
+    """What a grid run produced, as pandas frames (None where nothing ran):
+    the summary and the per-trial results of the grid, the scaling summary
+    and its trials; and where and how long it ran."""
+
+    summary: Any = None
+    results: Any = None
+    scaling: Any = None
+    scaling_trials: Any = None
+    master: str = ""
+    trials: int = 0
+    elapsed_s: float = 0.0
+
+
 def _ok(v) -> bool:
     return v is not None and not (isinstance(v, float) and math.isnan(v))
+
+
+def _num(v, fmt="{:.0f}") -> str:
+    return fmt.format(v) if _ok(v) else ""
 
 
 def _plain_ticks(axis) -> None:
@@ -247,6 +270,59 @@ def verdict(summary, scaling) -> str:
     return text
 
 
+ANCHOR_SHORT = {"asyncio.Semaphore": "asyncio", "threading.Semaphore": "threading",
+                "asyncio.timeout+Semaphore": "timeout"}
+IMPL_SHORT = {"c": "C", "python": "py"}
+SUMMARY_WIDTH = 100
+
+
+def print_summary(summary_pdf, scaling_pdf, console=None) -> None:
+    """The terminal summary: fits 100 columns; N and K explained below it."""
+    from rich import box
+    from rich.console import Console
+    from rich.table import Table
+
+    console = console or Console(width=SUMMARY_WIDTH)
+    if summary_pdf is not None:
+        t = Table(title="pylimiter benchmark grid: medians over trials", box=box.SIMPLE_HEAD,
+                  pad_edge=False, collapse_padding=True, title_justify="left")
+        for col in ["scenario", "impl", "N", "K", "ns/op", "anchor", "speed-up", "IQR",
+                    "cost", "p99 µs"]:
+            t.add_column(col, justify="left" if col in ("scenario", "impl", "anchor")
+                         else "right", no_wrap=True)
+        for r in summary_pdf.itertuples():
+            iqr = f"{r.q1_speedup:.2f}-{r.q3_speedup:.2f}" if _ok(r.q1_speedup) else ""
+            t.add_row(r.scenario, IMPL_SHORT.get(r.impl, r.impl), str(r.concurrency),
+                      str(r.permits), _num(r.median_ns),
+                      ANCHOR_SHORT.get(r.anchor, r.anchor or ""),
+                      _num(r.median_speedup, "{:.2f}x"), iqr,
+                      _num(r.median_cost_ratio, "{:.2f}"),
+                      _num(r.wait_p99_us, "{:.1f}" if _ok(r.wait_p99_us)
+                           and r.wait_p99_us < 100 else "{:,.0f}"))
+        console.print(t)
+        console.print(
+            "N: tasks, threads or waiters at once; K: permits of the limiter.  speed-up: "
+            "anchor's time / pylimiter's in the same trial (>1: pylimiter faster; "
+            "IQR over trials).  cost: (pylimiter - no limiter) / (anchor - no limiter), "
+            "<1: cheaper than the anchor.  p99 µs: wait from acquire call to grant.  "
+            "Anchors: asyncio = asyncio.Semaphore, threading = threading.Semaphore, "
+            "timeout = asyncio.timeout around asyncio.Semaphore.acquire.",
+            width=SUMMARY_WIDTH, soft_wrap=False)
+        errors, leaked = int(summary_pdf["errors"].sum()), int(summary_pdf["leaked_permits"].sum())
+        failed = int(summary_pdf["failed_trials"].sum())
+        console.print(f"errors: {errors}, leaked permits: {leaked}, failed trials: {failed}")
+    if scaling_pdf is not None and len(scaling_pdf):
+        s = Table(title="per-core scaling (uncontended, one limiter per executor)",
+                  box=box.SIMPLE_HEAD, pad_edge=False, title_justify="left")
+        for col in ["impl", "executors", "trials", "M ops/s per executor", "M ops/s in all"]:
+            s.add_column(col, justify="right")
+        for r in scaling_pdf.itertuples():
+            s.add_row(r.impl, str(r.executors), str(r.trials),
+                      _num(r.median_ops_per_s_per_executor / 1e6, "{:.2f}"),
+                      _num(r.aggregate_ops_per_s / 1e6, "{:.2f}"))
+        console.print(s)
+
+
 SUMMARY_COLUMNS = ["scenario", "impl", "N", "K", "trials", "ns/op", "anchor", "anchor ns/op",
                    "speed-up [IQR]", "cost [IQR]", "wait p50 µs", "wait p99 µs", "errors",
                    "leaked"]
@@ -257,19 +333,20 @@ def summary_rows(summary) -> list[tuple]:
     def ratio(m, q1, q3, unit=""):
         return f"{m:.2f}{unit} [{q1:.2f}-{q3:.2f}]" if _ok(m) else ""
 
-    def num(v, fmt="{:,.0f}"):
-        return fmt.format(v) if _ok(v) else ""
-
     return [(r.scenario, r.impl, int(r.concurrency), int(r.permits), int(r.trials),
-             num(r.median_ns), r.anchor or "", num(r.anchor_median_ns),
+             _num(r.median_ns, "{:,.0f}"), r.anchor or "", _num(r.anchor_median_ns, "{:,.0f}"),
              ratio(r.median_speedup, r.q1_speedup, r.q3_speedup, "x"),
              ratio(r.median_cost_ratio, r.q1_cost_ratio, r.q3_cost_ratio),
-             num(r.wait_p50_us, "{:.1f}"), num(r.wait_p99_us, "{:.1f}"), int(r.errors),
+             _num(r.wait_p50_us, "{:.1f}"), _num(r.wait_p99_us, "{:.1f}"), int(r.errors),
              int(r.leaked_permits)) for r in summary.itertuples()]
 
 
-def write_report(out: Path, summary, results, scaling, scaling_trials, meta: dict) -> Path:
+def write_report(out: Path, res: RunResult, *, spark_version: Optional[str],
+                 command: str) -> Path:
     """Plots and ``out/index.html``; returns the page's path."""
+    out = Path(out)
+    summary, results, scaling, scaling_trials = (res.summary, res.results, res.scaling,
+                                                 res.scaling_trials)
     figs = []
     if summary is not None:
         if plot_speedup(summary, out / "speedup.png"):
@@ -287,10 +364,8 @@ def write_report(out: Path, summary, results, scaling, scaling_trials, meta: dic
                      "k executors at once, each hammering its own limiter."))
     page = ReportPage(
         "pylimiter benchmark grid",
-        subtitle=f"master={meta.get('master')}  trials={meta.get('trials')}  "
-                 f"elapsed={meta.get('elapsed_s', 0):.0f} s",
-        command=command_line("python -m pylimiter.bench", meta.get("argv") or []),
-        env=environment(meta.get("spark_version")))
+        subtitle=f"master={res.master}  trials={res.trials}  elapsed={res.elapsed_s:.0f} s",
+        command=command, env=environment(spark_version))
     page.verdict(verdict(summary, scaling))
     page.paragraph("Each trial runs pylimiter, its stdlib anchor and (tasks, timeouts) the "
                    "same work without a limiter in interleaved rounds in one executor "

@@ -1,7 +1,7 @@
 """Benchmark scenarios: one trial = one implementation against its stdlib
 anchor, measured side by side in the same process.
 
-No Spark here: a trial is a plain function call, so the runner can execute
+No Spark here: a trial is a plain function call, so the pipeline can execute
 it inside any executor's Python worker (and the tests can call it directly).
 The sides (pylimiter, its stdlib anchor and, for the contended scenarios, a
 no-limiter baseline) run in interleaved rounds with the order flipped every
@@ -397,7 +397,7 @@ class _Side:
 
 def run_trial(scenario: str, impl: str, concurrency: int, permits: int,
               budget_s: float = 0.3, ops: int = 5000, min_rounds: int = 3) -> dict:
-    """Run one trial and return its row (see runner.RESULT_FIELDS).  The
+    """Run one trial and return its row (see pipeline.RESULT_FIELDS).  The
     sides run in interleaved rounds (at least ``min_rounds``) until about
     ``budget_s`` seconds per side have passed."""
     if scenario not in SCENARIOS:

@@ -19,13 +19,30 @@ from pathlib import Path
 from typing import Iterator, Mapping, Optional, Sequence
 from urllib.parse import urlparse
 
-from .._cli import UsageError, require
+from .._cli import UsageError, require, writable_dir
 
-__all__ = ["DEFAULT_MASTER", "UsageError", "cancel_on_interrupt", "check_master", "preflight",
-           "quiet_log4j",
-           "spark_session", "sql_conf", "start_spark", "write_table"]
+__all__ = ["DEFAULT_MASTER", "UsageError", "add_run_flags", "cancel_on_interrupt",
+           "check_master", "preflight", "quiet_log4j", "spark_session", "sql_conf",
+           "start_spark", "write_table"]
 
 DEFAULT_MASTER = "local[*]"
+
+
+def add_run_flags(parser, out: Path, *, no_report: bool = False):
+    """add_run_flags adds, in a group "run", what every pipeline takes:
+    ``--master`` (default local[*]), ``--out`` (default ``out``; created,
+    and refused before any work if it cannot be written), ``--no-progress``
+    and, with ``no_report``, ``--no-report``.  Returns the group."""
+    group = parser.add_argument_group("run")
+    group.add_argument("--master", default=DEFAULT_MASTER,
+                       help="Spark master: local[N], spark://host:port, yarn, k8s://...")
+    group.add_argument("--out", type=writable_dir, default=Path(out),
+                       help="output folder: index.html, its plots, the tables (Parquet, CSV)")
+    group.add_argument("--no-progress", action="store_true", help="no progress bars")
+    if no_report:
+        group.add_argument("--no-report", action="store_true",
+                           help="tables only: no plots, no index.html")
+    return group
 
 
 def check_master(master: str, timeout: float = 3.0) -> None:

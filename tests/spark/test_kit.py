@@ -51,12 +51,14 @@ def test_preflight_checks_the_master_first_then_the_modules():
     preflight("local[2]", None, ["math"])
 
 
+@pytest.mark.slow
 def test_spark_session_adopts_a_session_without_stopping_it(spark):
     with spark_session("spark://does-not-matter:1", spark=spark) as s:
         assert s is spark               # no master check, no new JVM
     assert spark.range(3).count() == 3  # still running
 
 
+@pytest.mark.slow
 def test_write_table_writes_one_parquet_and_one_csv_part(spark, tmp_path):
     df = spark.createDataFrame([(1, "a", 0.5), (2, "b", 1.5)], "n long, s string, x double")
     write_table(df.repartition(3), tmp_path, "t")
@@ -71,6 +73,7 @@ def test_write_table_writes_one_parquet_and_one_csv_part(spark, tmp_path):
         write_table(df, tmp_path, "t", formats=("orc",))
 
 
+@pytest.mark.slow
 def test_job_progress_counts_the_tasks_of_its_own_group_only(spark):
     sc = spark.sparkContext
     with JobProgress(sc, "outside", 100, enabled=False):
@@ -141,6 +144,7 @@ def test_command_line_quotes_arguments():
     assert report.command_line("python -m p", ["--a", "x y"]) == "python -m p --a 'x y'"
 
 
+@pytest.mark.slow
 def test_job_progress_leaves_no_job_group_behind(spark):
     sc = spark.sparkContext
     with JobProgress(sc, "scoped", 10, enabled=False) as p:
@@ -150,6 +154,7 @@ def test_job_progress_leaves_no_job_group_behind(spark):
     assert sc.getLocalProperty("spark.jobGroup.id") is None
 
 
+@pytest.mark.slow
 def test_sql_conf_restores_the_session(spark):
     from pylimiter.spark.session import sql_conf
 
@@ -160,6 +165,7 @@ def test_sql_conf_restores_the_session(spark):
     assert spark.conf.get(key) == before
 
 
+@pytest.mark.slow
 def test_cancel_on_interrupt_turns_ctrl_c_into_keyboard_interrupt(spark, capsys):
     """SIGINT during a job: the job is cancelled, one line is printed, and the
     block ends in KeyboardInterrupt (which _cli.run maps to exit 130)."""
@@ -184,3 +190,86 @@ def test_cancel_on_interrupt_turns_ctrl_c_into_keyboard_interrupt(spark, capsys)
     timer.join()
     assert "prog: interrupted, cancelling the Spark jobs" in capsys.readouterr().err
     assert spark.range(3).count() == 3              # the session still works
+
+
+# ---- result rows and run flags -------------------------------------------------------
+
+
+FIELDS = [("n", "long"), ("k", "int"), ("x", "double"), ("s", "string"), ("b", "boolean"),
+          ("failure", "string")]
+
+
+def test_typed_row_orders_converts_and_fills_none():
+    from pylimiter.spark.rows import field_names, typed_row
+
+    row = typed_row({"x": 3, "n": 2.0, "s": 7, "k": True, "b": 1, "extra": "ignored"}, FIELDS)
+    assert row == (2, 1, 3.0, "7", True, None)
+    assert [type(v) for v in row[:5]] == [int, int, float, str, bool]
+    assert typed_row({"x": None}, FIELDS) == (None,) * 6
+    assert field_names(FIELDS) == ["n", "k", "x", "s", "b", "failure"]
+
+
+def test_failure_row_keeps_the_base_and_names_the_exception_in_one_line():
+    from pylimiter.spark.rows import failure_row, typed_row
+
+    try:
+        raise KeyError("no such\npoint")
+    except KeyError as exc:
+        row = failure_row({"n": 4, "s": "p"}, exc)
+    assert row["n"] == 4 and row["s"] == "p"
+    assert row["failure"].startswith("KeyError: ") and "no such" in row["failure"]
+    assert typed_row(row, FIELDS)[-1] == row["failure"]
+
+
+@pytest.mark.slow
+def test_schema_of_the_fields_and_unknown_types_refused(spark):
+    from pylimiter.spark.rows import schema, typed_row
+
+    s = schema(FIELDS)
+    assert [(f.name, f.dataType.simpleString(), f.nullable) for f in s.fields] == [
+        ("n", "bigint", True), ("k", "int", True), ("x", "double", True),
+        ("s", "string", True), ("b", "boolean", True), ("failure", "string", True)]
+    df = spark.createDataFrame([typed_row({"n": 1, "k": 2, "x": 3, "s": "a", "b": 0}, FIELDS)],
+                               s)
+    assert tuple(df.collect()[0]) == (1, 2, 3.0, "a", False, None)
+    with pytest.raises(ValueError, match="field 'q': unknown type 'float'"):
+        schema([("q", "float")])
+
+
+def test_run_flags_master_out_progress_and_report(tmp_path, capsys):
+    import argparse
+
+    from pylimiter.spark.session import add_run_flags
+
+    ap = argparse.ArgumentParser()
+    add_run_flags(ap, tmp_path / "default-out")
+    args = ap.parse_args([])
+    assert (args.master, args.out, args.no_progress) == ("local[*]", tmp_path / "default-out",
+                                                         False)
+    assert not hasattr(args, "no_report")
+    args = ap.parse_args(["--master", "local[2]", "--out", str(tmp_path / "o"),
+                          "--no-progress"])
+    assert (args.master, args.out, args.no_progress) == ("local[2]", tmp_path / "o", True)
+    assert (tmp_path / "o").is_dir()
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    with pytest.raises(SystemExit):
+        ap.parse_args(["--out", str(blocker / "o")])
+    assert "cannot write to" in capsys.readouterr().err
+    ap = argparse.ArgumentParser()
+    group = add_run_flags(ap, tmp_path, no_report=True)
+    assert group.title == "run" and ap.parse_args(["--no-report"]).no_report
+
+
+def test_every_pipeline_report_has_the_same_signature():
+    import importlib
+    import inspect
+
+    sigs = {}
+    for name in ("pylimiter.bench", "pylimiter.pulsar.balance", "pylimiter.pulsar.cache",
+                 "pylimiter.pulsar.cursor"):
+        fn = importlib.import_module(f"{name}.report").write_report
+        sigs[name] = [(p.name, p.kind) for p in inspect.signature(fn).parameters.values()]
+    first = next(iter(sigs.values()))
+    assert [n for n, _ in first] == ["out", "res", "spark_version", "command"]
+    assert all(s == first for s in sigs.values()), sigs

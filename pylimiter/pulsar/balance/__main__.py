@@ -1,8 +1,2 @@
-"""python -m pylimiter.pulsar.balance simulate ..."""
-
-import sys
-
-from ..._cli import run
-from .pipeline import PROG, main
-
-sys.exit(run(main, PROG))
+from .pipeline import PROG, main, run
+raise SystemExit(run(main, PROG))

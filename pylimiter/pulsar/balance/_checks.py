@@ -3,22 +3,9 @@
 from __future__ import annotations
 
 import math
-import reprlib
 from typing import Optional
 
-
-_REPR = reprlib.Repr()
-_REPR.maxstring = _REPR.maxother = 80
-
-
-def show(value) -> str:
-    """A short repr of a caller's value for an error message: never longer
-    than a line, and never an exception of its own (a foreign __repr__ may
-    raise)."""
-    try:
-        return _REPR.repr(value)
-    except Exception:
-        return f"<{type(value).__name__} object>"
+from .._show import show
 
 
 def number(name: str, value, low: Optional[float] = 0, high: Optional[float] = None,

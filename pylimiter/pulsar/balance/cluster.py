@@ -43,6 +43,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Optional
 
+from .._settings import ConfigError, Settings as _Settings, setting
 from .bundles import Bundle, NamespaceBundles
 from .load import BrokerLoad, BundleLoad, LoadWeights, ResourceUsage
 from .placement import LeastLongTermMessageRate, UniformRandom
@@ -111,40 +112,82 @@ class BrokerCapacity:
 
 
 @dataclass(frozen=True)
-class Settings:
-    """Every knob of the simulated load manager, named after its broker.conf
-    key in the field comments."""
+class Settings(_Settings):
+    """Every knob of the simulated load manager, each declared once with its
+    broker.conf key (``python -m pylimiter.pulsar.balance simulate`` derives
+    its flags and the report its settings table from these declarations).
+    Groups: "split" (bundle splitting), "shedding" (placement and
+    shedding).  Not broker.conf settings: ``split_positions`` (what Pulsar's
+    admin API passes to specified_positions_divide), ``weights`` (the five
+    loadBalancer*ResourceWeight keys), ``capacity`` (the broker model)."""
 
-    default_bundles: int = 4                # defaultNumberOfNamespaceBundles
-    split_algorithm: str = "range_equally_divide"   # defaultNamespaceBundleSplitAlgorithm
-    split_positions: Optional[tuple[int, ...]] = None   # for specified_positions_divide
-    auto_split: bool = True                 # loadBalancerAutoBundleSplitEnabled
-    auto_unload_split_bundles: bool = True  # loadBalancerAutoUnloadSplitBundlesEnabled
-    max_topics: int = 1000                  # loadBalancerNamespaceBundleMaxTopics
-    max_sessions: int = 1000                # loadBalancerNamespaceBundleMaxSessions
-    max_msg_rate: float = 30000             # loadBalancerNamespaceBundleMaxMsgRate
-    max_bandwidth_mbytes: float = 100       # loadBalancerNamespaceBundleMaxBandwidthMbytes
-    max_bundles: int = 128                  # loadBalancerNamespaceMaximumBundles
-    flow_threshold_pct: float = 10          # flowOrQpsDifferenceThresholdPercentage
-    overload_threshold_pct: float = 85      # loadBalancerBrokerOverloadedThresholdPercentage
-    threshold_pct: float = 10               # loadBalancerBrokerThresholdShedderPercentage
-    history: float = 0.9                    # loadBalancerHistoryResourcePercentage
-    min_throughput_mb: float = 10           # loadBalancerBundleUnloadMinThroughputThreshold
-    lower_boundary_shedding: bool = False   # lowerBoundarySheddingEnabled
-    grace_steps: int = 30                   # loadBalancerSheddingGracePeriodMinutes
-    broker_max_topics: int = 50000          # loadBalancerBrokerMaxTopics
-    weights: LoadWeights = field(default_factory=LoadWeights)  # loadBalancer*ResourceWeight
+    KEY_FAMILIES = ("loadBalancer", "defaultNamespaceBundle")
+
+    default_bundles: int = setting(
+        "defaultNumberOfNamespaceBundles", 4, "bundles", "bundles of a new namespace",
+        group="split", minimum=1)
+    split_algorithm: str = setting(
+        "defaultNamespaceBundleSplitAlgorithm", "range_equally_divide", "",
+        "how a bundle is cut in two", group="split", choices=SPLIT_ALGORITHMS)
+    split_positions: Optional[tuple[int, ...]] = None
+    auto_split: bool = setting(
+        "loadBalancerAutoBundleSplitEnabled", True, "",
+        "split bundles over a threshold", group="split")
+    auto_unload_split_bundles: bool = setting(
+        "loadBalancerAutoUnloadSplitBundlesEnabled", True, "",
+        "place split children again (else they stay on the parent's broker)", group="split")
+    max_topics: int = setting(
+        "loadBalancerNamespaceBundleMaxTopics", 1000, "topics",
+        "a bundle with more topics is split", group="split")
+    max_sessions: int = setting(
+        "loadBalancerNamespaceBundleMaxSessions", 1000, "sessions",
+        "a bundle with more producers and consumers is split (0 or -1: no limit)",
+        group="split", minimum=-1)
+    max_msg_rate: float = setting(
+        "loadBalancerNamespaceBundleMaxMsgRate", 30000.0, "msg/s",
+        "a bundle with more messages in+out is split", group="split")
+    max_bandwidth_mbytes: float = setting(
+        "loadBalancerNamespaceBundleMaxBandwidthMbytes", 100.0, "MiB/s",
+        "a bundle with more bytes in+out is split", group="split")
+    max_bundles: int = setting(
+        "loadBalancerNamespaceMaximumBundles", 128, "bundles",
+        "a namespace is not split beyond this", group="split", minimum=1)
+    flow_threshold_pct: float = setting(
+        "flowOrQpsDifferenceThresholdPercentage", 10.0, "%",
+        "flow_or_qps_equally_divide: the halves' allowed difference", group="split")
+    overload_threshold_pct: float = setting(
+        "loadBalancerBrokerOverloadedThresholdPercentage", 85.0, "%",
+        "a broker this busy is overloaded (placement picks again)", group="shedding")
+    threshold_pct: float = setting(
+        "loadBalancerBrokerThresholdShedderPercentage", 10.0, "%",
+        "ThresholdShedder unloads from brokers this far above the average usage",
+        group="shedding")
+    history: float = setting(
+        "loadBalancerHistoryResourcePercentage", 0.9, "",
+        "weight of the past in the shedder's usage average", group="shedding", maximum=1)
+    min_throughput_mb: float = setting(
+        "loadBalancerBundleUnloadMinThroughputThreshold", 10.0, "MB/s",
+        "a bundle with less traffic is not worth unloading", group="shedding")
+    lower_boundary_shedding: bool = setting(
+        "lowerBoundarySheddingEnabled", False, "",
+        "also unload to lift brokers far below the average", group="shedding")
+    grace_steps: int = setting(
+        "loadBalancerSheddingGracePeriodMinutes", 30, "steps",
+        "an unloaded bundle is left alone this long (a step is a minute)",
+        group="shedding")
+    broker_max_topics: int = setting(
+        "loadBalancerBrokerMaxTopics", 50000, "topics",
+        "placement leaves out brokers with more topics", group="shedding", minimum=1)
+    weights: LoadWeights = field(default_factory=LoadWeights)
     capacity: BrokerCapacity = field(default_factory=BrokerCapacity)
 
     def __post_init__(self):
-        if self.split_algorithm not in SPLIT_ALGORITHMS:
-            raise ValueError(f"unknown split algorithm {self.split_algorithm!r}; choose from "
-                             f"{', '.join(SPLIT_ALGORITHMS)}")
+        super().__post_init__()
         if self.split_algorithm == "specified_positions_divide" and not self.split_positions:
-            raise ValueError("specified_positions_divide needs split positions")
-        if self.default_bundles < 1 or self.max_bundles < self.default_bundles:
-            raise ValueError("need 1 <= default_bundles <= max_bundles, got "
-                             f"{self.default_bundles} and {self.max_bundles}")
+            raise ConfigError("specified_positions_divide needs split positions")
+        if self.max_bundles < self.default_bundles:
+            raise ConfigError("need default_bundles <= max_bundles, got "
+                              f"{self.default_bundles} and {self.max_bundles}")
 
     def splitter(self) -> BundleSplitter:
         """The BundleSplitter these settings describe."""

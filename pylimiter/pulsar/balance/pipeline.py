@@ -14,8 +14,6 @@ from __future__ import annotations
 import argparse
 import json
 import time
-from collections import defaultdict
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional, Sequence
 
@@ -23,24 +21,30 @@ from ..._cli import (
     UsageError,
     fmt_rate,
     fmt_seconds,
-    fraction,
     make_parser,
     non_negative_float,
-    non_negative_int,
     positive_float,
     positive_int,
+    run,  # re-exported: __main__.py is `run(main, PROG)` and nothing else
     subparsers,
-    writable_dir,
 )
-from .cluster import STRATEGIES, ZERO, BrokerCapacity, BundleSample, Settings, Simulation
+from ...spark.progress import JobProgress
+from .._settings import add_setting_flags, setting_overrides
+from ...spark.report import command_line
+from ...spark.rows import schema
+from ...spark.session import add_run_flags, preflight, spark_session, sql_conf, write_table
+from .cluster import STRATEGIES, BrokerCapacity, Settings
 from .generate import GeneratorSpec
 from .load import LoadWeights
-from .split import MIB, SPLIT_ALGORITHMS, TopicStats
+from .replay import TABLES, RunResult, simulate
+from .report import summary_rows, write_report
+from .source import GeneratedSource, open_source
+from .split import MIB
+
+__all__ = ["PROG", "build_parser", "main", "run", "settings_from", "write_tables"]
 
 PROG = "python -m pylimiter.pulsar.balance"
 DEFAULT_OUT = Path("reports/balance")
-#: At most this many quiet steps are aggregated in one Spark job.
-MAX_BATCH = 8
 
 
 # ---- arguments -----------------------------------------------------------------------
@@ -99,240 +103,43 @@ def build_parser() -> argparse.ArgumentParser:
     cl.add_argument("--broker-bandwidth-mbytes", type=positive_float, default=200,
                     help="NIC capacity per direction, MiB/s")
     sp = p.add_argument_group("bundle splitting")
-    sp.add_argument("--split-algorithm", choices=SPLIT_ALGORITHMS, default="range_equally_divide",
-                    help="defaultNamespaceBundleSplitAlgorithm")
+    add_setting_flags(sp, Settings, group="split")
     sp.add_argument("--split-positions", type=_positions, default=None, metavar="H1,H2,...",
                     help="hash positions for specified_positions_divide")
-    sp.add_argument("--default-bundles", type=positive_int, default=4,
-                    help="defaultNumberOfNamespaceBundles")
-    sp.add_argument("--max-topics", type=non_negative_int, default=1000,
-                    help="loadBalancerNamespaceBundleMaxTopics")
-    sp.add_argument("--max-sessions", type=non_negative_int, default=1000,
-                    help="loadBalancerNamespaceBundleMaxSessions (0: no limit)")
-    sp.add_argument("--max-msg-rate", type=non_negative_float, default=30000,
-                    help="loadBalancerNamespaceBundleMaxMsgRate, msg/s")
-    sp.add_argument("--max-bandwidth-mbytes", type=non_negative_float, default=100,
-                    help="loadBalancerNamespaceBundleMaxBandwidthMbytes, MiB/s")
-    sp.add_argument("--max-bundles", type=positive_int, default=128,
-                    help="loadBalancerNamespaceMaximumBundles")
-    sp.add_argument("--flow-threshold-pct", type=non_negative_float, default=10,
-                    help="flowOrQpsDifferenceThresholdPercentage")
-    sp.add_argument("--no-auto-split", action="store_true",
-                    help="loadBalancerAutoBundleSplitEnabled=false")
-    sp.add_argument("--no-unload-split-bundles", action="store_true",
-                    help="loadBalancerAutoUnloadSplitBundlesEnabled=false: split children stay "
-                         "on the parent's broker")
     sh = p.add_argument_group("placement and shedding")
-    sh.add_argument("--overload-threshold-pct", type=non_negative_float, default=85,
-                    help="loadBalancerBrokerOverloadedThresholdPercentage")
-    sh.add_argument("--threshold-pct", type=non_negative_float, default=10,
-                    help="loadBalancerBrokerThresholdShedderPercentage")
-    sh.add_argument("--history", type=fraction, default=0.9,
-                    help="loadBalancerHistoryResourcePercentage")
-    sh.add_argument("--min-throughput-mb", type=non_negative_float, default=10,
-                    help="loadBalancerBundleUnloadMinThroughputThreshold, MB/s")
-    sh.add_argument("--lower-boundary-shedding", action="store_true",
-                    help="lowerBoundarySheddingEnabled=true")
-    sh.add_argument("--grace-steps", type=non_negative_int, default=30,
-                    help="loadBalancerSheddingGracePeriodMinutes, in steps")
-    sh.add_argument("--broker-max-topics", type=positive_int, default=50000,
-                    help="loadBalancerBrokerMaxTopics")
+    add_setting_flags(sh, Settings, group="shedding")
     # A string default: argparse runs it through _weights, and --help shows it.
     sh.add_argument("--weights", type=_weights, metavar="NAME=W,...",
                     default="cpu=1,memory=0,direct_memory=0,bandwidth_in=1,bandwidth_out=1",
                     help="loadBalancer*ResourceWeight by name (others keep Pulsar's default)")
-    run = p.add_argument_group("run")
-    run.add_argument("--master", default="local[*]",
-                     help="Spark master: local[N], spark://host:port, yarn, k8s://...")
-    run.add_argument("--out", type=writable_dir, default=DEFAULT_OUT,
-                     help="output folder (tables and index.html)")
-    run.add_argument("--no-progress", action="store_true", help="no progress bars")
-    run.add_argument("--no-report", action="store_true", help="tables only, no plots or HTML")
+    add_run_flags(p, DEFAULT_OUT, no_report=True)
     return ap
 
 
 def settings_from(args) -> Settings:
     """The Settings the command line describes (a UsageError if they do not
     fit together)."""
-    if args.split_algorithm == "specified_positions_divide" and not args.split_positions:
+    given = setting_overrides(args, Settings)
+    chosen = {**Settings().as_dict(), **given}
+    if chosen["split_algorithm"] == "specified_positions_divide" and not args.split_positions:
         raise UsageError("--split-algorithm specified_positions_divide needs --split-positions")
-    if args.default_bundles > args.max_bundles:
-        raise UsageError(f"--default-bundles {args.default_bundles} is above --max-bundles "
-                         f"{args.max_bundles}")
+    if chosen["default_bundles"] > chosen["max_bundles"]:
+        raise UsageError(f"--default-bundles {chosen['default_bundles']} is above "
+                         f"--max-bundles {chosen['max_bundles']}")
     cap = BrokerCapacity(msg_rate=args.broker_msg_rate,
                          bandwidth_in=args.broker_bandwidth_mbytes * MIB,
                          bandwidth_out=args.broker_bandwidth_mbytes * MIB)
-    return Settings(
-        default_bundles=args.default_bundles, split_algorithm=args.split_algorithm,
-        split_positions=args.split_positions, auto_split=not args.no_auto_split,
-        auto_unload_split_bundles=not args.no_unload_split_bundles, max_topics=args.max_topics,
-        max_sessions=args.max_sessions, max_msg_rate=args.max_msg_rate,
-        max_bandwidth_mbytes=args.max_bandwidth_mbytes, max_bundles=args.max_bundles,
-        flow_threshold_pct=args.flow_threshold_pct,
-        overload_threshold_pct=args.overload_threshold_pct, threshold_pct=args.threshold_pct,
-        history=args.history, min_throughput_mb=args.min_throughput_mb,
-        lower_boundary_shedding=args.lower_boundary_shedding, grace_steps=args.grace_steps,
-        broker_max_topics=args.broker_max_topics, weights=args.weights, capacity=cap)
-
-
-# ---- the run ----------------------------------------------------------------------------
-
-
-@dataclass
-class RunResult:
-    """Everything a run produced: the tables as lists of row dicts, and
-    the timings."""
-
-    settings: Settings
-    namespaces: list[str]
-    brokers: list[str]
-    steps: list[dict] = field(default_factory=list)
-    broker_steps: list[dict] = field(default_factory=list)
-    decisions: list[dict] = field(default_factory=list)
-    bundle_loads: list[dict] = field(default_factory=list)
-    ownership: list[dict] = field(default_factory=list)
-    bundles: list[dict] = field(default_factory=list)
-    timings: dict = field(default_factory=dict)
-
-
-def _samples(rows, names) -> dict:
-    out = {}
-    for r in rows:
-        out[names[r.bidx]] = BundleSample(r.topics, r.sessions, r.msg_rate_in, r.msg_rate_out,
-                                          r.msg_throughput_in, r.msg_throughput_out)
-    return out
-
-
-def simulate(spark, source, broker_names: Sequence[str], settings: Settings, seed: int = 1,
-             progress: bool = False) -> RunResult:
-    """Run every step of ``source`` through the decision loop; nothing is
-    written.  Raises RuntimeError if an invariant breaks (a bundle without
-    exactly one live owner, a namespace over max_bundles)."""
-    from ...spark.progress import StepProgress
-
-    sim = Simulation(source.namespaces, list(broker_names), settings, STRATEGIES, seed)
-    ns_index = {ns: i for i, ns in enumerate(source.namespaces)}
-    res = RunResult(settings, list(source.namespaces), list(broker_names))
-    timing = defaultdict(float)
-    decide_per_step: list[float] = []
-    steps = list(source.steps)
-    pending: dict[int, dict] = {}
-    names: list[str] = []
-    bounds: dict[str, tuple[int, int]] = {}
-    batch = 1
-    now = {"step": 0}
-
-    def topics_of(picks):
-        t0 = time.perf_counter()
-        rows = [(ns_index[name.rsplit("/", 1)[0]], b.lower, b.upper + 1 if b.last else b.upper, i)
-                for i, (name, b) in enumerate(picks)]
-        out: dict[str, dict] = {name: {} for name, _ in picks}
-        for r in source.topics_in(now["step"], source.layout_view(rows)):
-            out[picks[r["bidx"]][0]][r["topic"]] = TopicStats(
-                r["msg_rate_in"], r["msg_rate_out"], r["msg_throughput_in"],
-                r["msg_throughput_out"], r["producers"], r["consumers"])
-        timing["spark_s"] += time.perf_counter() - t0
-        return out
-
-    wall0 = time.perf_counter()
-    with StepProgress("steps", len(steps), progress) as bar:
-        for i, current_step in enumerate(steps):
-            now["step"] = current_step
-            if current_step not in pending:
-                layout = sim.layout()
-                names = [full for _, full, _, _ in layout]
-                bounds = {full: (lo, hi) for _, full, lo, hi in layout}
-                chunk = steps[i:i + batch]
-                t0 = time.perf_counter()
-                rows = source.aggregate(chunk, source.layout_view(
-                    [(ns_index[ns], lo, hi, k) for k, (ns, _, lo, hi) in enumerate(layout)]))
-                timing["spark_s"] += time.perf_counter() - t0
-                timing["spark_jobs"] += 1
-                by_step = defaultdict(list)
-                for r in rows:
-                    by_step[r.step].append(r)
-                pending = {s: _samples(by_step[s], names) for s in chunk}
-            samples = pending.pop(current_step)
-            timing["topic_rows"] += sum(s.topics for s in samples.values())
-            for full in names:
-                s = samples.get(full, ZERO)
-                lo, hi = bounds[full]
-                res.bundle_loads.append(dict(
-                    step=current_step, namespace=full.rsplit("/", 1)[0], bundle=full,
-                    lower=lo, upper=hi - 1, topics=s.topics, sessions=s.sessions,
-                    msg_rate_in=s.msg_rate_in, msg_rate_out=s.msg_rate_out,
-                    msg_throughput_in=s.msg_throughput_in,
-                    msg_throughput_out=s.msg_throughput_out))
-            rec = sim.step(current_step, samples, topics_of)
-            try:
-                sim.check()
-            except AssertionError as exc:
-                raise RuntimeError(f"invariant broken at step {current_step}: {exc}") from None
-            decide_per_step.append(rec.decide_cpu_s)
-            res.steps.extend(rec.steps)
-            res.broker_steps.extend(rec.brokers)
-            res.decisions.extend(rec.decisions)
-            if rec.splits:
-                # Steps already aggregated on the old layout go through again.
-                timing["steps_aggregated_twice"] += len(pending)
-                pending.clear()
-                batch = 1
-            else:
-                batch = min(batch * 2, MAX_BATCH)
-            bar.advance()
-    timing["loop_wall_s"] = time.perf_counter() - wall0
-    timing["decide_s"] = sum(decide_per_step)
-    timing["decide_ms_per_step"] = 1e3 * timing["decide_s"] / max(len(steps), 1)
-    timing["decide_ms_per_step_max"] = 1e3 * max(decide_per_step, default=0.0)
-    timing["steps"] = len(steps)
-    timing["splits"] = sim.total_splits
-    res.timings = dict(timing)
-    res.ownership = sim.ownership()
-    for ns, nb in sim.layouts.items():
-        for b in nb.bundles:
-            full = f"{ns}/{b.name}"
-            res.bundles.append(dict(namespace=ns, bundle=full, lower=b.lower, upper=b.upper,
-                                    last=b.last, created_step=sim.created.get(full, 0)))
-    return res
+    return Settings(**given, split_positions=args.split_positions, weights=args.weights,
+                    capacity=cap)
 
 
 # ---- output --------------------------------------------------------------------------
 
 
-TABLES = ("steps", "brokers", "decisions", "bundle_loads", "bundles", "ownership", "summary")
-
-
-def summary_rows(res: RunResult) -> list[dict]:
-    """One row per strategy: what an operator compares."""
+def write_tables(spark, res: RunResult, out: Path) -> None:
+    """Write every table (TABLES; ``res.summary`` filled in) as Parquet + CSV
+    under ``out``."""
     import pandas as pd
-
-    steps = pd.DataFrame(res.steps)
-    rows = []
-    n_steps = steps["step"].nunique()
-    tail_from = sorted(steps["step"].unique())[n_steps // 2]
-    for sp in STRATEGIES:
-        s = steps[steps["strategy"] == sp.key]
-        tail = s[s["step"] >= tail_from]
-        rows.append(dict(
-            strategy=sp.key, label=sp.label,
-            peak_usage_pct=float(s["max_usage"].max()),
-            mean_max_usage_pct=float(s["max_usage"].mean()),
-            mean_spread_pct=float(s["spread"].mean()),
-            late_spread_pct=float(tail["spread"].mean()),
-            mean_stdev_pct=float(s["stdev"].mean()),
-            overloaded_broker_steps=int(s["overloaded"].sum()),
-            unloads=int(s["unloads"].sum()),
-            moved_mib_per_s=float(s["moved_bytes_per_s"].sum() / MIB),
-            assignments=int(s["assignments"].sum()),
-            splits=int(s["splits"].sum())))
-    return rows
-
-
-def write_tables(spark, res: RunResult, out: Path) -> list[str]:
-    """Write every table as Parquet + CSV under ``out``; returns the names."""
-    import pandas as pd
-
-    from ...spark.session import write_table
 
     frames = {
         "steps": pd.DataFrame(res.steps),
@@ -343,22 +150,20 @@ def write_tables(spark, res: RunResult, out: Path) -> list[str]:
         "bundle_loads": pd.DataFrame(res.bundle_loads),
         "bundles": pd.DataFrame(res.bundles),
         "ownership": pd.DataFrame(res.ownership),
-        "summary": pd.DataFrame(summary_rows(res)),
+        "summary": pd.DataFrame(res.summary),
     }
-    for name, df in frames.items():
+    for name in TABLES:
+        df = frames[name]
         if name == "decisions" and df.empty:
             df = df.astype({"step": "int64", "throughput": "float64", "msg_rate": "float64"})
         write_table(spark.createDataFrame(df) if not df.empty else _empty(spark, df), out, name)
     (out / "timings.json").write_text(json.dumps(res.timings, indent=2, sort_keys=True))
-    return list(frames)
 
 
 def _empty(spark, df):
-    from pyspark.sql import types as T
-
-    kinds = {"int64": T.LongType(), "float64": T.DoubleType(), "bool": T.BooleanType()}
-    return spark.createDataFrame([], T.StructType([
-        T.StructField(c, kinds.get(str(df[c].dtype), T.StringType())) for c in df.columns]))
+    kinds = {"int64": "long", "float64": "double", "bool": "boolean"}
+    return spark.createDataFrame([], schema([(c, kinds.get(str(df[c].dtype), "string"))
+                                             for c in df.columns]))
 
 
 # ---- the command -------------------------------------------------------------------------
@@ -386,19 +191,12 @@ def _describe(args) -> str:
 def main(argv: Optional[Sequence[str]] = None, *, spark=None) -> int:
     """``simulate``: returns 0; UsageError for bad input (exit 2 via
     ``pylimiter._cli.run``)."""
-    from ...spark.report import command_line
-    from ...spark.session import preflight, spark_session, sql_conf
-
     args = build_parser().parse_args(argv)
     settings = settings_from(args)
     preflight(args.master, spark, ["pyspark", "pandas", "matplotlib", "rich"])
     print(f"{PROG} simulate: {_describe(args)}; {args.brokers} brokers; "
-          f"{args.split_algorithm}; Spark {args.master if spark is None else 'session given'}",
+          f"{settings.split_algorithm}; Spark {args.master if spark is None else 'session given'}",
           flush=True)
-    from ...spark.progress import JobProgress
-    from .report import write_report
-    from .source import GeneratedSource, open_source
-
     spec = GeneratorSpec(topics=args.topics, namespaces=args.namespaces, steps=args.steps,
                          seed=args.seed)
     brokers = [f"broker-{i:02d}" for i in range(1, args.brokers + 1)]
@@ -421,25 +219,26 @@ def main(argv: Optional[Sequence[str]] = None, *, spark=None) -> int:
                 source.close()
             res.timings.update(prepare_s=prepare_s, prepared_rows=n_prepared,
                                master=session.sparkContext.master)
+            res.source = _describe(args)
+            res.summary = summary_rows(res)
             t1 = time.perf_counter()
-            tables = write_tables(session, res, args.out)
+            write_tables(session, res, args.out)
             res.timings["write_s"] = time.perf_counter() - t1
         spark_version = session.version
     if not args.no_report:
         t1 = time.perf_counter()
-        index = write_report(res, args.out, spark_version=spark_version,
-                             command=command_line(f"{PROG}", argv), tables=tables,
-                             source=_describe(args))
+        index = write_report(args.out, res, spark_version=spark_version,
+                             command=command_line(PROG, argv))
         res.timings["report_s"] = time.perf_counter() - t1
     res.timings["total_s"] = time.perf_counter() - t_all
     (args.out / "timings.json").write_text(json.dumps(res.timings, indent=2, sort_keys=True))
-    _print_summary(res, args)
+    _print_summary(res)
     if not args.no_report:
         print(f"report: {index}")
     return 0
 
 
-def _print_summary(res: RunResult, args) -> None:
+def _print_summary(res: RunResult) -> None:
     tm = res.timings
     rows = tm.get("topic_rows", 0)
     print(f"{int(rows):,} topic rows, {len(res.bundles):,} bundles at the end after "
@@ -447,7 +246,7 @@ def _print_summary(res: RunResult, args) -> None:
           f"({fmt_rate(rows / tm['spark_s'], 'topic rows') if tm.get('spark_s') else 'n/a'}), "
           f"decisions {tm.get('decide_ms_per_step', 0):.1f} ms/step for "
           f"{len(STRATEGIES)} strategies, total {fmt_seconds(tm.get('total_s', 0))}")
-    for r in summary_rows(res):
+    for r in res.summary:
         print(f"  {r['label']:<46} spread {r['mean_spread_pct']:5.1f} points (2nd half "
               f"{r['late_spread_pct']:5.1f}), peak {r['peak_usage_pct']:5.1f}%, "
               f"{r['unloads']:,} unloads moving {r['moved_mib_per_s']:,.0f} MiB/s")

@@ -4,7 +4,7 @@ verdict computed from the run."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import Optional
 
 from ..._cli import fmt_seconds
 from ...spark.report import (
@@ -16,23 +16,48 @@ from ...spark.report import (
     save_figure,
 )
 from .cluster import STRATEGIES
+from .replay import TABLES, RunResult
 from .split import MIB
 
-__all__ = ["verdict", "write_report"]
+__all__ = ["summary_rows", "verdict", "write_report"]
 
 COLORS = {"lltmr+shed": "#1f77b4", "lltmr": "#ff7f0e", "random+shed": "#2ca02c",
           "random": "#d62728"}
 LABELS = {s.key: s.label for s in STRATEGIES}
 
 
+def summary_rows(res: RunResult) -> list[dict]:
+    """One row per strategy: what an operator compares."""
+    import pandas as pd
+
+    steps = pd.DataFrame(res.steps)
+    rows = []
+    n_steps = steps["step"].nunique()
+    tail_from = sorted(steps["step"].unique())[n_steps // 2]
+    for sp in STRATEGIES:
+        s = steps[steps["strategy"] == sp.key]
+        tail = s[s["step"] >= tail_from]
+        rows.append(dict(
+            strategy=sp.key, label=sp.label,
+            peak_usage_pct=float(s["max_usage"].max()),
+            mean_max_usage_pct=float(s["max_usage"].mean()),
+            mean_spread_pct=float(s["spread"].mean()),
+            late_spread_pct=float(tail["spread"].mean()),
+            mean_stdev_pct=float(s["stdev"].mean()),
+            overloaded_broker_steps=int(s["overloaded"].sum()),
+            unloads=int(s["unloads"].sum()),
+            moved_mib_per_s=float(s["moved_bytes_per_s"].sum() / MIB),
+            assignments=int(s["assignments"].sum()),
+            splits=int(s["splits"].sum())))
+    return rows
+
+
 def _frames(res):
     import pandas as pd
 
-    from .pipeline import summary_rows
-
     return (pd.DataFrame(res.steps), pd.DataFrame(res.broker_steps),
             pd.DataFrame(res.bundle_loads), pd.DataFrame(res.bundles),
-            pd.DataFrame(summary_rows(res)))
+            pd.DataFrame(res.summary))
 
 
 def verdict(summary, steps, bundle_loads, res) -> str:
@@ -189,31 +214,12 @@ def _heatmap_figure(brokers, out: Path) -> Path:
 
 def _settings_rows(s) -> list[tuple[str, str, str]]:
     w = s.weights
-    return [
-        ("defaultNumberOfNamespaceBundles", str(s.default_bundles), "--default-bundles"),
-        ("defaultNamespaceBundleSplitAlgorithm", s.split_algorithm, "--split-algorithm"),
-        ("loadBalancerAutoBundleSplitEnabled", str(s.auto_split).lower(), "--no-auto-split"),
-        ("loadBalancerAutoUnloadSplitBundlesEnabled", str(s.auto_unload_split_bundles).lower(),
-         "--no-unload-split-bundles"),
-        ("loadBalancerNamespaceBundleMaxTopics", str(s.max_topics), "--max-topics"),
-        ("loadBalancerNamespaceBundleMaxSessions", str(s.max_sessions), "--max-sessions"),
-        ("loadBalancerNamespaceBundleMaxMsgRate", f"{s.max_msg_rate:g}", "--max-msg-rate"),
-        ("loadBalancerNamespaceBundleMaxBandwidthMbytes", f"{s.max_bandwidth_mbytes:g}",
-         "--max-bandwidth-mbytes"),
-        ("loadBalancerNamespaceMaximumBundles", str(s.max_bundles), "--max-bundles"),
-        ("flowOrQpsDifferenceThresholdPercentage", f"{s.flow_threshold_pct:g}",
-         "--flow-threshold-pct"),
-        ("loadBalancerBrokerOverloadedThresholdPercentage", f"{s.overload_threshold_pct:g}",
-         "--overload-threshold-pct"),
-        ("loadBalancerBrokerThresholdShedderPercentage", f"{s.threshold_pct:g}",
-         "--threshold-pct"),
-        ("loadBalancerHistoryResourcePercentage", f"{s.history:g}", "--history"),
-        ("loadBalancerBundleUnloadMinThroughputThreshold", f"{s.min_throughput_mb:g}",
-         "--min-throughput-mb"),
-        ("lowerBoundarySheddingEnabled", str(s.lower_boundary_shedding).lower(),
-         "--lower-boundary-shedding"),
-        ("loadBalancerSheddingGracePeriodMinutes", str(s.grace_steps), "--grace-steps"),
-        ("loadBalancerBrokerMaxTopics", str(s.broker_max_topics), "--broker-max-topics"),
+    rows = s.table()
+    if s.split_positions:
+        rows.append(("(admin API) split positions", ", ".join(f"{p:#010x}" for p in
+                                                             s.split_positions),
+                     "--split-positions"))
+    return rows + [
         ("loadBalancer{CPU,Memory,DirectMemory,BandwithIn,BandwithOut}ResourceWeight",
          f"{w.cpu:g}, {w.memory:g}, {w.direct_memory:g}, {w.bandwidth_in:g}, "
          f"{w.bandwidth_out:g}", "--weights"),
@@ -224,8 +230,8 @@ def _settings_rows(s) -> list[tuple[str, str, str]]:
     ]
 
 
-def write_report(res, out: Path, *, spark_version: Optional[str], command: str,
-                 tables: Sequence[str], source: str) -> Path:
+def write_report(out: Path, res: RunResult, *, spark_version: Optional[str],
+                 command: str) -> Path:
     """Plots and ``out/index.html``; returns the page's path."""
     import pandas as pd
 
@@ -233,7 +239,7 @@ def write_report(res, out: Path, *, spark_version: Optional[str], command: str,
     steps, brokers, bundle_loads, bundles, summary = _frames(res)
     tm = res.timings
     rows = tm.get("topic_rows", 0)
-    env = environment(spark_version, input=source, brokers=len(res.brokers),
+    env = environment(spark_version, input=res.source, brokers=len(res.brokers),
                       namespaces=len(res.namespaces), steps=tm.get("steps", 0),
                       **{"topic rows": f"{int(rows):,}"})
     page = ReportPage("Pulsar bundle load balancing: four strategies on the same load",
@@ -295,6 +301,6 @@ def write_report(res, out: Path, *, spark_version: Optional[str], command: str,
         ("writing tables", fmt_seconds(tm.get("write_s", 0))),
     ]
     page.table(timing, columns=["phase", "time"], title="Where the time went")
-    page.files([f"{t}.parquet" for t in tables] + [f"{t}.csv" for t in tables]
+    page.files([f"{t}.parquet" for t in TABLES] + [f"{t}.csv" for t in TABLES]
                + ["timings.json"])
     return page.write(out)

@@ -1,5 +1,2 @@
-import sys
-
-from .simulate import cli
-
-sys.exit(cli())
+from .pipeline import PROG, main, run
+raise SystemExit(run(main, PROG))

@@ -1,5 +1,6 @@
 """The contract both cache implementations share: the stats record, the
-argument checks and their messages, Pulsar's setting names and defaults.
+argument checks and their messages, Pulsar's settings (CacheSettings: each
+declared once with its key and default).
 
 A check or a message lives here once, so the C binding (``_cache_c``) and the
 pure-Python twin (``_cache_py``) cannot drift apart; the tests run every case
@@ -9,26 +10,56 @@ against both.
 from __future__ import annotations
 
 import math
-import reprlib
 from dataclasses import dataclass
 
-#: Pulsar's broker.conf names for the settings this package models, with
-#: Pulsar's defaults (the simulator's flags use the same names).
-SETTINGS = {
-    "managedLedgerCacheSizeMB": "max_size_bytes (MiB in broker.conf)",
-    "managedLedgerCacheEvictionWatermark": 0.9,
-    "managedLedgerCacheEvictionTimeThresholdMillis": 1000,
-    "managedLedgerCacheEvictionIntervalMs": 10,
-    "managedLedgerCacheEvictionExtendTTLOfEntriesWithRemainingExpectedReadsMaxTimes": 5,
-    "managedLedgerCacheEvictionExtendTTLOfRecentlyAccessed": True,
-    "cacheEvictionByExpectedReadCount": True,
-}
+from .._settings import Settings, setting
+from .._show import show
 
 #: Pulsar's fixed size-eviction trigger (evictionTriggerThresholdPercent).
 DEFAULT_EVICTION_TRIGGER = 0.98
-DEFAULT_EVICTION_WATERMARK = 0.9
-DEFAULT_TIME_THRESHOLD_MS = 1000.0
-DEFAULT_MAX_REQUEUE = 5
+
+
+@dataclass(frozen=True)
+class CacheSettings(Settings):
+    """The broker.conf settings of the entry cache (PIP-430), each declared
+    once with its key and Pulsar's default: the library's defaults below,
+    ``python -m pylimiter.pulsar.cache simulate``'s flags and the report's
+    settings come from here.  Groups: "size"; "eviction" (what the
+    simulator's flags set); "policy" (the switches each simulated policy
+    fixes).  ``cache_size_mb`` is the library's ``max_size_bytes`` in MiB;
+    Pulsar's default is a fifth of the broker's direct memory, at least 64."""
+
+    KEY_FAMILIES = ("managedLedgerCache", "cacheEviction")
+
+    cache_size_mb: float = setting(
+        "managedLedgerCacheSizeMB", 64.0, "MB", "entry cache size (0 disables caching)",
+        group="size")
+    eviction_watermark: float = setting(
+        "managedLedgerCacheEvictionWatermark", 0.9, "",
+        "size eviction frees down to this fraction of the cache size", group="eviction",
+        maximum=DEFAULT_EVICTION_TRIGGER)
+    time_threshold_ms: float = setting(
+        "managedLedgerCacheEvictionTimeThresholdMillis", 1000.0, "ms",
+        "an entry this old is evicted (or requeued)", group="eviction")
+    eviction_interval_ms: float = setting(
+        "managedLedgerCacheEvictionIntervalMs", 10.0, "ms",
+        "time between eviction passes", group="eviction", minimum=0.001)
+    max_requeue: int = setting(
+        "managedLedgerCacheEvictionExtendTTLOfEntriesWithRemainingExpectedReadsMaxTimes", 5,
+        "times", "requeues of an entry that still has expected reads", group="eviction")
+    extend_ttl_of_recently_accessed: bool = setting(
+        "managedLedgerCacheEvictionExtendTTLOfRecentlyAccessed", True, "",
+        "requeue an entry read since it was queued", group="policy")
+    eviction_by_expected_read_count: bool = setting(
+        "cacheEvictionByExpectedReadCount", True, "",
+        "keep entries that cursors are expected to read", group="policy")
+
+
+#: broker.conf key -> Pulsar's default, for every setting this package models.
+SETTINGS = {f.metadata["key"]: f.default for f in CacheSettings.settings()}
+DEFAULT_EVICTION_WATERMARK = CacheSettings.eviction_watermark
+DEFAULT_TIME_THRESHOLD_MS = CacheSettings.time_threshold_ms
+DEFAULT_MAX_REQUEUE = CacheSettings.max_requeue
 #: The read path's per-entry size estimate before any entry was inserted
 #: (Pulsar's default average entry size for read permits).
 DEFAULT_ENTRY_SIZE_ESTIMATE = 10 * 1024
@@ -39,19 +70,6 @@ MAX_ID = (1 << 63) - 1
 #: implementations saturate it here.
 MAX_U64 = (1 << 64) - 1
 
-
-_REPR = reprlib.Repr()
-_REPR.maxstring = _REPR.maxother = 80
-
-
-def show(value) -> str:
-    """A short repr of a caller's value for an error message: never longer
-    than a line, and never an exception of its own (a foreign __repr__ may
-    raise)."""
-    try:
-        return _REPR.repr(value)
-    except Exception:
-        return f"<{type(value).__name__} object>"
 
 #: What an entry costs in memory beyond its payload, in the C implementation
 #: at its largest (the entry object with its links and position, plus its

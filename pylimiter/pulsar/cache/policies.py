@@ -39,6 +39,8 @@ from . import EntryCacheManager
 from ._common import (
     DEFAULT_EVICTION_TRIGGER,
     DEFAULT_EVICTION_WATERMARK,
+    DEFAULT_MAX_REQUEUE,
+    DEFAULT_TIME_THRESHOLD_MS,
     CacheStats,
     check_bound,
     check_max_size,
@@ -60,8 +62,9 @@ class Policy:
     invalidate_on: str          # "mark_delete" or "slowest_read"
     factory: Callable
 
-    def build(self, max_size_bytes: int, *, time_threshold_ms: float = 1000,
-              max_requeue: int = 5, eviction_watermark: float = DEFAULT_EVICTION_WATERMARK,
+    def build(self, max_size_bytes: int, *, time_threshold_ms: float = DEFAULT_TIME_THRESHOLD_MS,
+              max_requeue: int = DEFAULT_MAX_REQUEUE,
+              eviction_watermark: float = DEFAULT_EVICTION_WATERMARK,
               clock: Callable[[], int] = time.monotonic_ns):
         """A fresh manager for ``max_size_bytes`` with this policy
         (managedLedgerCacheEvictionTimeThresholdMillis, ...MaxTimes,
@@ -104,6 +107,16 @@ class _SortedCache:
 
     def __contains__(self, position) -> bool:
         return check_position(position) in self._entries
+
+    def insert(self, position, data, *, expected_reads: int = 0) -> bool:
+        """EntryCache.insert's checks; these policies do not count reads, so
+        ``expected_reads`` is ignored.  False when caching is off or the
+        position is cached already; else the policy's ``_insert``."""
+        pos = check_position(position)
+        size = data_size(data)
+        if self._m._max == 0 or pos in self._entries:
+            return False
+        return self._insert(pos, data, size)
 
     def _add(self, pos, data, size, ts) -> None:
         self._entries[pos] = (data, size, ts)
@@ -207,12 +220,10 @@ class _ReferenceManager:
 class _LegacyCache(_SortedCache):
     __slots__ = ()
 
-    def insert(self, position, data, *, expected_reads: int = 0) -> bool:
-        pos = check_position(position)
-        size = data_size(data)
+    def _insert(self, pos, data, size: int) -> bool:
         m = self._m
         # RangeEntryCacheImpl.insert: no space (currentSize >= maxSize) -> not cached.
-        if m._max == 0 or pos in self._entries or m._size >= m._max:
+        if m._size >= m._max:
             return False
         self._add(pos, data, size, m._clock())
         m._inserts += 1
@@ -296,12 +307,8 @@ class LegacyCacheManager(_ReferenceManager):
 class _LRUCache(_SortedCache):
     __slots__ = ()
 
-    def insert(self, position, data, *, expected_reads: int = 0) -> bool:
-        pos = check_position(position)
-        size = data_size(data)
+    def _insert(self, pos, data, size: int) -> bool:
         m = self._m
-        if m._max == 0 or pos in self._entries:
-            return False
         self._add(pos, data, size, 0)
         m._lru[(self.name, pos)] = self
         m._inserts += 1

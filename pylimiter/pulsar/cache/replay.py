@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import time
 
+from ._common import CacheSettings
 from .policies import POLICIES
 from .reader import lookup
 from .workloads import (
@@ -73,21 +74,22 @@ def _runs(ids) -> list[tuple[int, int]]:
     return out
 
 
-def replay(trace: Trace, policy: str, cache_bytes: int, *, time_threshold_ms: float = 1000,
-           interval_ms: float = 10, max_requeue: int = 5,
-           eviction_watermark: float = 0.9) -> dict:
-    """Replay ``trace`` on a fresh ``policy`` manager of ``cache_bytes`` and
-    return the result row (RESULT_FIELDS).  Eviction CPU is the thread time
-    of the periodic passes alone (inserts evict inline and are not in it)."""
+def replay(trace: Trace, policy: str, cache_bytes: int,
+           settings: CacheSettings = CacheSettings()) -> dict:
+    """Replay ``trace`` on a fresh ``policy`` manager of ``cache_bytes`` with
+    the eviction ``settings`` (the policy fixes the switches) and return the
+    result row (RESULT_FIELDS).  Eviction CPU is the thread time of the
+    periodic passes alone (inserts evict inline and are not in it)."""
     pol = POLICIES[policy]
     clock = _Clock()
-    m = pol.build(cache_bytes, time_threshold_ms=time_threshold_ms, max_requeue=max_requeue,
-                  eviction_watermark=eviction_watermark, clock=clock)
+    m = pol.build(cache_bytes, time_threshold_ms=settings.time_threshold_ms,
+                  max_requeue=settings.max_requeue,
+                  eviction_watermark=settings.eviction_watermark, clock=clock)
     caches = [m.cache(n) for n in trace.names]
     sizes = trace.sizes
     expected = pol.uses_expected_reads
     inv_kind = MARK_DELETE if pol.invalidate_on == "mark_delete" else SLOWEST_READ
-    interval = int(interval_ms * 1_000_000)
+    interval = int(settings.eviction_interval_ms * 1_000_000)
     next_tick = interval
     passes = cpu = max_pass = 0
     storage_reads = storage_bytes = invalidated = peak = 0

@@ -4,16 +4,36 @@ topics, and a verdict on PIP-430's two claims computed from the data."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, Optional
 
 from ..._cli import fmt_bytes
 from ...spark.report import FULL_WIDTH_IN, ReportPage, environment, pyplot, save_figure
+from ._common import CacheSettings
 from .policies import POLICIES
 from .workloads import WORKLOADS
+
+__all__ = ["RunResult", "claim1", "claim2", "write_report"]
 
 COLORS = {"pip430": "#1b7837", "pip430-no-expected-reads": "#7fbf7b", "fifo": "#999999",
           "lru": "#2166ac", "legacy": "#b2182b"}
 CLAIM2_WORKLOADS = ("catchup", "keyshared")
+
+
+@dataclass
+class RunResult:
+    """What a sweep produced, for the page: the summary (one row per
+    workload, policy and cache size) and the idle-pass costs as pandas
+    frames, and what was swept with which eviction settings."""
+
+    summary: Any
+    scan: Any
+    workloads: list[str]
+    policies: list[str]
+    seeds: int
+    scale: float
+    settings: CacheSettings = field(default_factory=CacheSettings)
 
 
 def _ns(ns: float) -> str:
@@ -123,30 +143,28 @@ def claim2(summary) -> tuple[str, bool | None]:
             + (". Holds." if ok else ". Does not hold everywhere.")), ok
 
 
-def write_report(out: Path, summary, scan, args, *, spark_version: str, command: str) -> Path:
+def write_report(out: Path, res: RunResult, *, spark_version: Optional[str],
+                 command: str) -> Path:
     """Figures, tables and index.html in ``out``; returns the index path."""
     out = Path(out)
+    summary, scan = res.summary, res.scan
     page = ReportPage(
         "Broker entry cache: PIP-430 against other eviction policies",
         subtitle="Generated traces replayed on each policy (same reads for all); "
                  "hit rate, bytes read from storage, eviction cost.",
         command=command,
-        env=environment(spark_version,
-                        **{"managedLedgerCacheEvictionTimeThresholdMillis": args.threshold_ms,
-                           "managedLedgerCacheEvictionIntervalMs": args.interval_ms,
-                           "...ExtendTTLOfEntriesWithRemainingExpectedReadsMaxTimes":
-                               args.max_requeue,
-                           "managedLedgerCacheEvictionWatermark": args.watermark,
-                           "seeds": args.seeds, "scale": args.scale}))
+        env=environment(spark_version, **{key: value for key, value, _ in
+                                          res.settings.table(group="eviction")},
+                        seeds=res.seeds, scale=res.scale))
     c1, _ = claim1(scan)
     c2, _ = claim2(summary)
     page.verdict(f"{c1} {c2}")
     files = ["runs.parquet", "runs.csv", "summary.parquet", "summary.csv", "scan.parquet",
              "scan.csv"]
     page.paragraph("Workloads: " + "; ".join(
-        f"{w} = {WORKLOADS[w].description}" for w in args.workloads) + ".")
+        f"{w} = {WORKLOADS[w].description}" for w in res.workloads) + ".")
     page.paragraph("Policies: " + "; ".join(
-        f"{p} = {POLICIES[p].description}" for p in args.policies)
+        f"{p} = {POLICIES[p].description}" for p in res.policies)
         + ". Every policy but legacy drops entries once every subscription has acknowledged "
           "them; legacy drops them once every cursor has read them (Pulsar's default "
           "before PIP-430), which loses entries waiting for redelivery.")

@@ -1,7 +1,2 @@
-"""python -m pylimiter.pulsar.cursor simulate ..."""
-
-import sys
-
-from .simulate import cli
-
-sys.exit(cli())
+from .pipeline import PROG, main, run
+raise SystemExit(run(main, PROG))

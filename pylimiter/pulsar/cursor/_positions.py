@@ -8,26 +8,13 @@ positions are always returned as tuples of ``int``.  ``bool`` is refused:
 from __future__ import annotations
 
 import operator
-import reprlib
+
+from .._show import show
 
 Position = tuple[int, int]
 
 #: Ids are stored as signed 64-bit integers, as Pulsar's longs.
 MAX_ID = 2**63 - 1
-
-
-_REPR = reprlib.Repr()
-_REPR.maxstring = _REPR.maxother = 80
-
-
-def show(value) -> str:
-    """A short repr of a caller's value for an error message: never longer
-    than a line, and never an exception of its own (a foreign __repr__ may
-    raise)."""
-    try:
-        return _REPR.repr(value)
-    except Exception:
-        return f"<{type(value).__name__} object>"
 
 
 def _int(value, what: str, whole) -> int:

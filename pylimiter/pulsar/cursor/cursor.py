@@ -36,11 +36,8 @@ class Cursor:
         self._ids: list[int] = []
         self._count: dict[int, int] = {}
         for item in ledgers:
-            try:
-                ledger_id, entry_count = item
-            except (TypeError, ValueError):
-                raise TypeError(f"ledgers must hold (ledger_id, entry_count) pairs, "
-                                f"got {show(item)}") from None
+            ledger_id, entry_count = _pair(item, "ledgers must hold (ledger_id, entry_count) "
+                                                 "pairs")
             self.append_ledger(ledger_id, entry_count)
         md = as_position(mark_delete, "mark_delete")
         if md[0] not in self._count or md[1] >= self._count[md[0]]:
@@ -213,11 +210,7 @@ class Cursor:
         unchanged then."""
         parts = []
         for rec in records:
-            try:
-                lower, upper = rec
-            except (TypeError, ValueError):
-                raise TypeError(f"a record must be a (lower, upper) pair, "
-                                f"got {show(rec)}") from None
+            lower, upper = _pair(rec, "a record must be a (lower, upper) pair")
             lower = as_position(lower, "lower")
             upper = as_position(upper, "upper")
             if upper < lower:
@@ -271,8 +264,7 @@ class HoleCompensator:
     def __setattr__(self, name, value):
         # The settings stay valid when changed later, not only at __init__.
         if name == "cursor":
-            if not isinstance(value, Cursor):
-                raise TypeError(f"cursor must be a Cursor, got {type(value).__name__}")
+            as_cursor(value)
         elif name == "min_age_ms":
             value = _time(value, "min_age_ms")
             if value < 0:
@@ -308,6 +300,22 @@ class HoleCompensator:
             out.sort()
             return out
         return [p for p in cur._holes(read) if p in sent and now_ms - sent[p] > age]
+
+
+def as_cursor(value) -> Cursor:
+    """``value`` if it is a Cursor, else a TypeError naming what it is."""
+    if not isinstance(value, Cursor):
+        raise TypeError(f"cursor must be a Cursor, got {type(value).__name__}")
+    return value
+
+
+def _pair(item, message: str) -> tuple:
+    """The two values of ``item``, or a TypeError: ``message``, got what."""
+    try:
+        first, second = item
+    except (TypeError, ValueError):
+        raise TypeError(f"{message}, got {show(item)}") from None
+    return first, second
 
 
 def _time(value, what: str):

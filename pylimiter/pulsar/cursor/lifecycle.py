@@ -23,7 +23,7 @@ from collections.abc import Iterable, Mapping
 from typing import NamedTuple
 
 from ._positions import Position, as_position, fmt, show
-from .cursor import Cursor
+from .cursor import Cursor, as_cursor
 
 DELAYED_MODES = ("deliverable", "publish")
 POLICIES = ("producer_request_hold", "producer_exception", "consumer_backlog_eviction")
@@ -107,8 +107,7 @@ class Expirer:
     def __setattr__(self, name, value):
         # The settings stay valid when changed later, not only at __init__.
         if name == "cursor":
-            if not isinstance(value, Cursor):
-                raise TypeError(f"cursor must be a Cursor, got {type(value).__name__}")
+            as_cursor(value)
         elif name == "ttl_seconds":
             value = _number(value, "ttl_seconds")
         elif name == "delayed":
@@ -225,8 +224,7 @@ class BacklogQuota:
         if self.policy != "consumer_backlog_eviction":
             raise ValueError(f"evict is the consumer_backlog_eviction action; this quota's "
                              f"policy is {self.policy}")
-        if not isinstance(cursor, Cursor):
-            raise TypeError(f"cursor must be a Cursor, got {type(cursor).__name__}")
+        as_cursor(cursor)
         if not isinstance(backlog_entries, Mapping):
             raise TypeError(f"backlog_entries must be a Mapping of position to size, got "
                             f"{type(backlog_entries).__name__}")

@@ -3,19 +3,35 @@ the shared ReportPage.  Every number in the verdict comes from the tables."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Optional
 
-from ..._cli import fmt_bytes
+from ..._cli import fmt_bytes, fmt_seconds
 from ...spark.report import FULL_WIDTH_IN, ReportPage, environment, pyplot, save_figure
+from ...spark.rows import field_names
+from .replay import TABLES, Point
+
+__all__ = ["RunResult", "write_report"]
 
 RULES = {"publish": "Pulsar (TTL from publish)", "deliverable": "ours (TTL from delivery)"}
 
 
-def _frame(table):
+@dataclass
+class RunResult:
+    """What a sweep produced: its points, the rows of each table (TABLES) by
+    name, the wall time and the executors' time in all."""
+
+    points: list[Point]
+    tables: dict[str, list[tuple]]
+    wall_s: float
+    task_seconds: float
+
+
+def _frame(res: RunResult, name: str):
     import pandas as pd
 
-    rows, schema = table
-    return pd.DataFrame(rows, columns=[f.name for f in schema.fields])
+    return pd.DataFrame(res.tables[name], columns=field_names(TABLES[name]))
 
 
 def _label(r) -> str:
@@ -23,20 +39,23 @@ def _label(r) -> str:
             f"fail {r.ack_fail:.1%} roll {r.rollover_entries}")
 
 
-def write_report(out: Path, points, tables, *, env_extra: dict, command: str) -> Path:
+def write_report(out: Path, res: RunResult, *, spark_version: Optional[str],
+                 command: str) -> Path:
     """Draw the figures and write index.html into ``out``."""
-    summary = _frame(tables["summary"])
-    series = _frame(tables["series"])
-    life = _frame(tables["lifetimes"])
+    out = Path(out)
+    summary = _frame(res, "summary")
+    series = _frame(res, "series")
+    life = _frame(res, "lifetimes")
+    points = res.points
     p0 = points[0]
-    env = environment(env_extra.pop("spark_version"), points=len(points),
+    env = environment(spark_version, points=len(points),
                       subscriptions=len(summary), **{
                           "traffic": f"{p0.rate} msg/min for {p0.publish_min} min, "
                                      f"{p0.msg_bytes} B each",
                           "quota": (f"{fmt_bytes(p0.quota_bytes)} on hole bytes, "
                                     f"{p0.quota_policy}" if p0.quota_bytes >= 0 else "none"),
-                          "wall time": env_extra["wall"],
-                          "task time": f"{env_extra['task_seconds']:.1f} s"})
+                          "wall time": fmt_seconds(res.wall_s),
+                          "task time": f"{res.task_seconds:.1f} s"})
     page = ReportPage("Message lifecycle: holes, TTL and delayed messages, quotas, retention",
                       subtitle="Pulsar subscriptions simulated on pylimiter.pulsar.cursor "
                                "(seed 003: Tencent Cloud, 600K topics)",
@@ -180,7 +199,7 @@ def write_report(out: Path, points, tables, *, env_extra: dict, command: str) ->
                    "clock starts at max(publish, deliver_at), and the Expirer acknowledges "
                    "exactly the expired entries. A hole is an entry after mark-delete that is "
                    "not acknowledged; the quota is checked every minute on the holes' bytes.")
-    page.files([f"{n}.parquet" for n in tables] + [f"{n}.csv" for n in tables])
+    page.files([f"{n}.parquet" for n in res.tables] + [f"{n}.csv" for n in res.tables])
     return page.write(out)
 
 

@@ -8,7 +8,7 @@ from array import array
 
 import pytest
 
-from ._cache_support import MS, FakeClock, cm  # noqa: F401  (fixture)
+from .kit import MS, FakeClock
 
 KB = b"x" * 100
 
@@ -16,7 +16,7 @@ KB = b"x" * 100
 def mgr(cm, *args, **kw):
     """A manager that counts payload bytes only (entry_overhead_bytes=0):
     these tests check Pulsar's arithmetic; the overhead has tests of its
-    own (test_cache_hostile.py)."""
+    own (cache/test_hostile.py)."""
     kw.setdefault("entry_overhead_bytes", 0)
     return cm.EntryCacheManager(*args, **kw)
 

@@ -15,6 +15,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import importlib
 
 import pytest
@@ -28,11 +29,9 @@ from hypothesis.stateful import (
     rule,
 )
 
-import asyncio
-
 from pylimiter.pulsar.cache import EntryReader
 
-from ._cache_support import (
+from .kit import (
     MODULES,
     FakeClock,
     ScriptedClock,

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from ._cache_support import MS, FakeClock, cm  # noqa: F401  (fixture)
+from .kit import MS, FakeClock
 
 
 def entries(cm, clock, *specs):

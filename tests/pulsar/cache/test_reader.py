@@ -11,8 +11,6 @@ import pytest
 from pylimiter import PermitAcquireQueueFullError, PermitAcquireTimeoutError
 from pylimiter.pulsar.cache import EntryReader
 
-from ._cache_support import cm  # noqa: F401  (fixture)
-
 
 class Storage:
     """Entries of `size` bytes; records calls; optional delay or gate."""

@@ -2,10 +2,10 @@
 on Spark, one task per parameter point, and ``reports/cursor/index.html``.
 
 Each point (TTL x retention x delayed share x ack-failure rate x rollover
-size) runs four subscriptions (sim.py): Pulsar's TTL rule and ours, each
-with and without the hole compensator, on the same traffic.  The driver
-collects the small results, writes them as Parquet and CSV (``summary``,
-``series``, ``lifetimes``) and draws the report.
+size) runs four subscriptions: Pulsar's TTL rule and ours, each with and
+without the hole compensator, on the same traffic.  The driver collects the
+small results, writes them as Parquet and CSV (``summary``, ``series``,
+``lifetimes``) and draws the report.
 """
 
 from __future__ import annotations
@@ -23,12 +23,18 @@ from ..._cli import (
     non_negative_int,
     number_list,
     positive_int,
-    run,
+    run,  # re-exported: __main__.py is `run(main, PROG)` and nothing else
     subparsers,
-    writable_dir,
 )
+from ...spark.progress import JobProgress
+from ...spark.report import command_line
+from ...spark.rows import field_names, schema, typed_row
+from ...spark.session import add_run_flags, preflight, spark_session, write_table
 from .lifecycle import POLICIES
-from .sim import Point, run_point
+from .replay import LIFETIME_FIELDS, SUMMARY_FIELDS, TABLES, Point, run_point
+from .report import RunResult, write_report
+
+__all__ = ["PROG", "build_parser", "main", "points_of", "run"]
 
 PROG = "python -m pylimiter.pulsar.cursor"
 
@@ -73,16 +79,12 @@ def build_parser() -> argparse.ArgumentParser:
                    help="backlog quota on the holes' bytes, KiB (-1: none)")
     f.add_argument("--quota-policy", choices=POLICIES, default="producer_exception")
     f.add_argument("--seed", type=int, default=1)
-    s.add_argument("--master", default="local[*]",
-                   help="Spark master: local[N], spark://host:port, yarn, k8s://...")
-    s.add_argument("--out", type=writable_dir, default=Path("reports/cursor"),
-                   help="report folder")
-    s.add_argument("--no-progress", action="store_true", help="no progress bar")
+    add_run_flags(s, Path("reports/cursor"))
     return ap
 
 
 def points_of(args) -> list:
-    """Every combination of the sweep lists, as sim.Point (the fixed options
+    """Every combination of the sweep lists, as replay.Point (the fixed options
     shared)."""
     base = {"rate": args.rate, "publish_min": args.publish_min,
             "rollover_max_min": args.rollover_max_min, "ttl_check_min": args.ttl_check_min,
@@ -107,12 +109,7 @@ def _run_partition(items):
 def main(argv: Sequence[str] | None = None, *, spark=None) -> int:
     """Run the sweep; ``spark`` adopts a running session (tests)."""
     args = build_parser().parse_args(argv)
-    from ...spark.session import preflight
     preflight(args.master, spark, ["pyspark", "pandas", "matplotlib"])
-    from ...spark.progress import JobProgress
-    from ...spark.report import command_line
-    from ...spark.session import spark_session, write_table
-
     points = points_of(args)
     print(f"{PROG} simulate: {len(points)} points x 4 subscriptions "
           f"({args.publish_min} min of {args.rate} msg/min each) on {args.master}", flush=True)
@@ -124,17 +121,16 @@ def main(argv: Sequence[str] | None = None, *, spark=None) -> int:
         with JobProgress(sc, "points", len(points), enabled=not args.no_progress):
             collected = sorted(rdd.mapPartitions(_run_partition).collect(), key=lambda r: r[0])
         tables = _tables(points, collected)
-        for name, (rows, schema) in tables.items():
-            write_table(session.createDataFrame(rows, schema), args.out, name)
+        for name, rows in tables.items():
+            write_table(session.createDataFrame(rows, schema(TABLES[name])), args.out, name)
         spark_version = session.version
     wall = time.perf_counter() - t0
-    from .report import write_report
-
-    index = write_report(args.out, points, tables, env_extra={
-        "spark_version": spark_version, "wall": fmt_seconds(wall),
-        "task_seconds": sum(r[2] for r in collected)},
-        command=command_line(PROG, argv))
-    summary = {(r["point"], r["rule"], r["compensator"]): r for r in _rows(tables["summary"])}
+    res = RunResult(points, tables, wall_s=wall, task_seconds=sum(r[2] for r in collected))
+    index = write_report(args.out, res, spark_version=spark_version,
+                         command=command_line(PROG, argv))
+    names = field_names(SUMMARY_FIELDS)
+    summary = {(r["point"], r["rule"], r["compensator"]): r
+               for r in (dict(zip(names, row)) for row in tables["summary"])}
     lost = {rule: sum(r["lost_before_delivery"] for k, r in summary.items()
                       if k[1] == rule and not k[2]) for rule in ("publish", "deliverable")}
     delayed = sum(r["delayed"] for k, r in summary.items() if k[1] == "publish" and not k[2])
@@ -148,66 +144,17 @@ def main(argv: Sequence[str] | None = None, *, spark=None) -> int:
     return 0
 
 
-SUMMARY_COLUMNS = [
-    ("point", "int"), ("ttl_min", "double"), ("retention_min", "double"),
-    ("delayed_share", "double"), ("ack_fail", "double"), ("rollover_entries", "int"),
-    ("rule", "string"), ("compensator", "boolean"), ("published", "long"), ("delayed", "long"),
-    ("lost_before_delivery", "long"), ("evicted_before_delivery", "long"), ("expired", "long"),
-    ("evicted", "long"), ("consumed", "long"), ("redelivered", "long"),
-    ("quota_actions", "long"), ("blocked_min", "long"), ("peak_ranges", "long"),
-    ("peak_range_bytes", "long"), ("peak_holes", "long"), ("peak_backlog_bytes", "long"),
-    ("cursor_rebuilds", "long"), ("not_deleted", "long"), ("seconds", "double"),
-]
-SERIES_COLUMNS = [("point", "int"), ("rule", "string"), ("compensator", "boolean"),
-                  ("minute", "int"), ("holes", "long"), ("ranges", "long"),
-                  ("range_bytes", "long"), ("backlog_bytes", "long")]
-LIFETIME_COLUMNS = [("point", "int"), ("ttl_min", "double"), ("retention_min", "double"),
-                    ("rollover_entries", "int"), ("rule", "string"), ("compensator", "boolean"),
-                    ("fate", "string"), ("messages", "long"), ("measured_median_min", "double"),
-                    ("measured_p95_min", "double"), ("seed_rule_min", "double"),
-                    ("pulsar_rule_median_min", "double"), ("seed_rule_mae_min", "double"),
-                    ("pulsar_rule_mae_min", "double")]
-
-
-def _schema(columns):
-    from pyspark.sql import types as T
-
-    kinds = {"int": T.IntegerType(), "long": T.LongType(), "double": T.DoubleType(),
-             "string": T.StringType(), "boolean": T.BooleanType()}
-    return T.StructType([T.StructField(n, kinds[k], True) for n, k in columns])
-
-
-def _cast(value, kind):
-    return float(value) if kind == "double" else value
-
-
 def _tables(points, collected) -> dict:
-    """Rows and schema of the summary, series and lifetimes tables."""
+    """The rows of the summary, series and lifetimes tables (TABLES)."""
     summary, series, lifetimes = [], [], []
     for idx, results, seconds in collected:
         p = asdict(points[idx])
         for rule, comp, res in results:
             row = dict(p, point=idx, rule=rule, compensator=comp, seconds=seconds / 4,
                        **res["summary"])
-            summary.append(tuple(_cast(row[n], k) for n, k in SUMMARY_COLUMNS))
+            summary.append(typed_row(row, SUMMARY_FIELDS))
             series.extend((idx, rule, comp, *s) for s in res["series"])
             for lt in res["lifetimes"]:
                 row = dict(p, point=idx, rule=rule, compensator=comp, **lt)
-                lifetimes.append(tuple(_cast(row[n], k) for n, k in LIFETIME_COLUMNS))
-    return {"summary": (summary, _schema(SUMMARY_COLUMNS)),
-            "series": (series, _schema(SERIES_COLUMNS)),
-            "lifetimes": (lifetimes, _schema(LIFETIME_COLUMNS))}
-
-
-def _rows(table) -> list:
-    rows, schema = table
-    names = [f.name for f in schema.fields]
-    return [dict(zip(names, r)) for r in rows]
-
-
-def cli(argv: Sequence[str] | None = None) -> int:
-    """main with the exit statuses of pylimiter._cli (2 usage, 1 runtime)."""
-    return run(main, PROG, argv)
-
-
-__all__ = ["build_parser", "cli", "main", "points_of"]
+                lifetimes.append(typed_row(row, LIFETIME_FIELDS))
+    return {"summary": summary, "series": series, "lifetimes": lifetimes}

@@ -22,20 +22,24 @@ import time
 from pathlib import Path
 
 from .._cli import (
-    name_list,
-    number_list,
     UsageError,
     fmt_seconds,
     make_parser,
+    name_list,
     non_negative_int,
+    number_list,
     positive_float,
     positive_int,
-    run,
-    writable_dir,
+    run,  # re-exported: __main__.py is `run(main, PROG)` and nothing else
 )
 from ..spark.progress import JobProgress
-from ..spark.session import preflight, spark_session, write_table
+from ..spark.report import command_line
+from ..spark.rows import failure_row, schema, typed_row
+from ..spark.session import add_run_flags, preflight, spark_session, write_table
+from .report import RunResult, print_summary, write_report
 from .scenarios import IMPLEMENTATIONS, SCENARIOS
+
+__all__ = ["PROG", "RESULT_FIELDS", "build_parser", "expand_grid", "main", "run"]
 
 PROG = "python -m pylimiter.bench"
 
@@ -50,6 +54,10 @@ DEFAULT_CONCURRENCY = {
     "dual": [100],
 }
 DEFAULT_PERMITS = [10]
+#: One trial to run (one row per Spark partition).
+TRIAL_FIELDS = [("trial", "long"), ("repeat", "int"), ("scenario", "string"), ("impl", "string"),
+                ("concurrency", "int"), ("permits", "int"), ("budget", "double")]
+#: One trial's result.
 RESULT_FIELDS = [
     ("trial", "long"), ("repeat", "int"), ("scenario", "string"), ("impl", "string"),
     ("concurrency", "int"), ("permits", "int"), ("ops", "long"), ("rounds", "int"),
@@ -70,8 +78,6 @@ def build_parser() -> argparse.ArgumentParser:
                            "(pylimiter and its\nstdlib anchor side by side in one executor "
                            "process) spread over executors,\naggregated with Spark SQL, "
                            "summarised in the terminal and in an HTML report.")
-    ap.add_argument("--master", default="local[*]",
-                    help="Spark master URL: local[N], spark://host:port, yarn, k8s://...")
     ap.add_argument("--scenarios", type=name_list(list(SCENARIOS)),
                     default=[s for s in SCENARIOS if s != "scaling"],
                     help="comma-separated; scaling runs per --scaling")
@@ -86,11 +92,8 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--scaling", type=non_negative_int, default=None, metavar="K",
                     help="per-core scaling up to K concurrent executors "
                          "(default: the cluster's parallelism; 0: skip)")
-    ap.add_argument("--out", type=writable_dir, default=Path("reports/bench"),
-                    help="folder for the tables and the report")
     ap.add_argument("--seed", type=int, default=1, help="seed of the trial order")
-    ap.add_argument("--no-progress", action="store_true", help="no progress bar")
-    ap.add_argument("--no-report", action="store_true", help="skip plots and HTML")
+    add_run_flags(ap, Path("reports/bench"), no_report=True)
     return ap
 
 
@@ -127,7 +130,6 @@ def _run_trials_partition(rows):
     import os as _os
     import socket as _socket
     import time as _time
-    import traceback
 
     from pylimiter.bench.scenarios import run_trial
 
@@ -140,19 +142,18 @@ def _run_trials_partition(rows):
                             budget_s=row.budget)
             res.update(base)
             res["failure"] = None
-        except Exception as exc:  # a failed trial is a row, not a failed job
-            res = dict(base, errors=1, leaked_permits=0, failure="".join(
-                traceback.format_exception_only(type(exc), exc)).strip(),
-                host=_socket.gethostname(), pid=_os.getpid())
+        except Exception as exc:
+            res = failure_row(dict(base, errors=1, leaked_permits=0,
+                                   host=_socket.gethostname(), pid=_os.getpid()), exc)
         res["worker"] = f"{res['host']}:{res['pid']}"
         res["seconds"] = _time.perf_counter() - t0
-        yield tuple(res.get(name) for name, _ in RESULT_FIELDS)
+        yield typed_row(res, RESULT_FIELDS)
 
 
 def _scaling_partition(args):
     impl, k, repeat, budget = args
 
-    def run(_it):
+    def work(_it):
         import os as _os
         import time as _time
 
@@ -163,34 +164,18 @@ def _scaling_partition(args):
         res.update(trial=-1, repeat=repeat, failure=None,
                    worker=f"{res['host']}:{_os.getpid()}",
                    seconds=_time.perf_counter() - t0)
-        yield tuple(res.get(name) for name, _ in RESULT_FIELDS)
-    return run
-
-
-def result_schema():
-    from pyspark.sql import types as T
-
-    kinds = {"long": T.LongType(), "int": T.IntegerType(), "string": T.StringType(),
-             "double": T.DoubleType()}
-    return T.StructType([T.StructField(n, kinds[k], True) for n, k in RESULT_FIELDS])
+        yield typed_row(res, RESULT_FIELDS)
+    return work
 
 
 def run_grid(spark, trials: list[dict], progress: bool):
-    from pyspark.sql import types as T
-
     sc = spark.sparkContext
-    trial_schema = T.StructType([
-        T.StructField("trial", T.LongType()), T.StructField("repeat", T.IntegerType()),
-        T.StructField("scenario", T.StringType()), T.StructField("impl", T.StringType()),
-        T.StructField("concurrency", T.IntegerType()), T.StructField("permits", T.IntegerType()),
-        T.StructField("budget", T.DoubleType()),
-    ])
-    rows = [tuple(t[f.name] for f in trial_schema.fields) for t in trials]
+    rows = [typed_row(t, TRIAL_FIELDS) for t in trials]
     # One partition per trial: parallelize slices a list evenly, so slice i
     # holds exactly trial i, and the DataFrame keeps that partitioning.
-    trials_df = spark.createDataFrame(sc.parallelize(rows, len(rows)), trial_schema)
+    trials_df = spark.createDataFrame(sc.parallelize(rows, len(rows)), schema(TRIAL_FIELDS))
     results = spark.createDataFrame(trials_df.rdd.mapPartitions(_run_trials_partition),
-                                    result_schema()).cache()
+                                    schema(RESULT_FIELDS)).cache()
     with JobProgress(sc, "trials", len(rows), progress):
         results.count()
     return trials_df, results
@@ -209,7 +194,7 @@ def run_scaling(spark, impls, kmax: int, repeats: int, budget: float, progress: 
                     rdd = sc.parallelize(range(k), k).mapPartitions(
                         _scaling_partition((impl, k, r, budget)))
                     parts.extend(rdd.collect())
-    return spark.createDataFrame(parts, result_schema()) if parts else None
+    return spark.createDataFrame(parts, schema(RESULT_FIELDS)) if parts else None
 
 
 SUMMARY_SQL = """
@@ -252,72 +237,11 @@ ORDER BY impl, concurrency
 """
 
 
-ANCHOR_SHORT = {"asyncio.Semaphore": "asyncio", "threading.Semaphore": "threading",
-                "asyncio.timeout+Semaphore": "timeout"}
-IMPL_SHORT = {"c": "C", "python": "py"}
-SUMMARY_WIDTH = 100
-
-
-def _ok(v) -> bool:
-    return v is not None and v == v
-
-
-def _num(v, fmt="{:.0f}") -> str:
-    return fmt.format(v) if _ok(v) else ""
-
-
-def print_summary(summary_pdf, scaling_pdf, console=None) -> None:
-    """The terminal summary: fits 100 columns; N and K explained below it."""
-    from rich import box
-    from rich.console import Console
-    from rich.table import Table
-
-    console = console or Console(width=SUMMARY_WIDTH)
-    if summary_pdf is not None:
-        t = Table(title="pylimiter benchmark grid: medians over trials", box=box.SIMPLE_HEAD,
-                  pad_edge=False, collapse_padding=True, title_justify="left")
-        for col in ["scenario", "impl", "N", "K", "ns/op", "anchor", "speed-up", "IQR",
-                    "cost", "p99 µs"]:
-            t.add_column(col, justify="left" if col in ("scenario", "impl", "anchor")
-                         else "right", no_wrap=True)
-        for r in summary_pdf.itertuples():
-            iqr = f"{r.q1_speedup:.2f}-{r.q3_speedup:.2f}" if _ok(r.q1_speedup) else ""
-            t.add_row(r.scenario, IMPL_SHORT.get(r.impl, r.impl), str(r.concurrency),
-                      str(r.permits), _num(r.median_ns),
-                      ANCHOR_SHORT.get(r.anchor, r.anchor or ""),
-                      _num(r.median_speedup, "{:.2f}x"), iqr,
-                      _num(r.median_cost_ratio, "{:.2f}"),
-                      _num(r.wait_p99_us, "{:.1f}" if _ok(r.wait_p99_us)
-                           and r.wait_p99_us < 100 else "{:,.0f}"))
-        console.print(t)
-        console.print(
-            "N: tasks, threads or waiters at once; K: permits of the limiter.  speed-up: "
-            "anchor's time / pylimiter's in the same trial (>1: pylimiter faster; "
-            "IQR over trials).  cost: (pylimiter - no limiter) / (anchor - no limiter), "
-            "<1: cheaper than the anchor.  p99 µs: wait from acquire call to grant.  "
-            "Anchors: asyncio = asyncio.Semaphore, threading = threading.Semaphore, "
-            "timeout = asyncio.timeout around asyncio.Semaphore.acquire.",
-            width=SUMMARY_WIDTH, soft_wrap=False)
-        errors, leaked = int(summary_pdf["errors"].sum()), int(summary_pdf["leaked_permits"].sum())
-        failed = int(summary_pdf["failed_trials"].sum())
-        console.print(f"errors: {errors}, leaked permits: {leaked}, failed trials: {failed}")
-    if scaling_pdf is not None and len(scaling_pdf):
-        s = Table(title="per-core scaling (uncontended, one limiter per executor)",
-                  box=box.SIMPLE_HEAD, pad_edge=False, title_justify="left")
-        for col in ["impl", "executors", "trials", "M ops/s per executor", "M ops/s in all"]:
-            s.add_column(col, justify="right")
-        for r in scaling_pdf.itertuples():
-            s.add_row(r.impl, str(r.executors), str(r.trials),
-                      _num(r.median_ops_per_s_per_executor / 1e6, "{:.2f}"),
-                      _num(r.aggregate_ops_per_s / 1e6, "{:.2f}"))
-        console.print(s)
-
-
-def _measure(session, args, trials, cores, progress):
+def _measure(session, args, trials, cores, progress) -> RunResult:
     """The grid, then the scaling runs: tables written to --out, and the
     summaries as pandas frames (None where nothing ran)."""
     out = args.out
-    summary_pdf = results_pdf = scaling_pdf = scaling_trials_pdf = None
+    res = RunResult(master=session.sparkContext.master, trials=len(trials))
     if trials:
         trials_df, results = run_grid(session, trials, progress)
         write_table(trials_df, out, "trials")
@@ -325,8 +249,8 @@ def _measure(session, args, trials, cores, progress):
         results.createOrReplaceTempView("trials")
         summary = session.sql(SUMMARY_SQL)
         write_table(summary, out, "summary")
-        summary_pdf = summary.toPandas()
-        results_pdf = results.toPandas()
+        res.summary = summary.toPandas()
+        res.results = results.toPandas()
         results.unpersist()
     kmax = cores if args.scaling is None else args.scaling
     if kmax > 0:
@@ -335,12 +259,17 @@ def _measure(session, args, trials, cores, progress):
         scaling_sum = session.sql(SCALING_SQL)
         write_table(scaling_df, out, "scaling_trials")
         write_table(scaling_sum, out, "scaling")
-        scaling_pdf = scaling_sum.toPandas()
-        scaling_trials_pdf = scaling_df.toPandas()
-    return summary_pdf, results_pdf, scaling_pdf, scaling_trials_pdf
+        res.scaling = scaling_sum.toPandas()
+        res.scaling_trials = scaling_df.toPandas()
+    return res
 
 
-def _run(args, spark) -> int:
+def main(argv=None, *, spark=None) -> int:
+    """The CLI: returns 0; UsageError for bad input, RuntimeError when trials
+    fail or leak permits (``run`` maps them to exit status 2 and 1).
+    ``spark``: an existing session to run on (left running); by default one
+    is started for --master and stopped at the end."""
+    args = build_parser().parse_args(argv)
     preflight(args.master, spark, ["pyspark", "pandas", "pyarrow", "matplotlib", "rich"])
     trials = expand_grid(args)
     if not trials and args.scaling == 0:
@@ -360,37 +289,22 @@ def _run(args, spark) -> int:
         spark_version = session.version
         print(f"Spark {spark_version}, master {sc.master}, parallelism {cores}; "
               f"executors run {sys.executable}", flush=True)
-        summary_pdf, results_pdf, scaling_pdf, scaling_trials_pdf = _measure(
-            session, args, trials, cores, progress)
-        elapsed = time.time() - t0
-    print_summary(summary_pdf, scaling_pdf)
+        res = _measure(session, args, trials, cores, progress)
+        res.elapsed_s = time.time() - t0
+    print_summary(res.summary, res.scaling)
     bad = []
-    if summary_pdf is not None:
-        if int(summary_pdf["leaked_permits"].sum()):
-            bad.append(f"{int(summary_pdf['leaked_permits'].sum())} permits leaked")
-        if int(summary_pdf["failed_trials"].sum()):
-            bad.append(f"{int(summary_pdf['failed_trials'].sum())} trials failed")
+    if res.summary is not None:
+        if int(res.summary["leaked_permits"].sum()):
+            bad.append(f"{int(res.summary['leaked_permits'].sum())} permits leaked")
+        if int(res.summary["failed_trials"].sum()):
+            bad.append(f"{int(res.summary['failed_trials'].sum())} trials failed")
     if not args.no_report:
-        from .report import write_report
-
-        index = write_report(out, summary_pdf, results_pdf, scaling_pdf, scaling_trials_pdf,
-                             meta={"master": args.master, "elapsed_s": elapsed,
-                                   "trials": len(trials), "spark_version": spark_version,
-                                   "argv": args.argv})
+        index = write_report(out, res, spark_version=spark_version,
+                             command=command_line(PROG, argv))
         print(f"report: {index.resolve()}")
     print(f"data: {out.resolve()} (trials, results, summary, scaling as Parquet and CSV); "
-          f"{fmt_seconds(elapsed)}")
+          f"{fmt_seconds(res.elapsed_s)}")
     if bad:
         raise RuntimeError("; ".join(bad))
     return 0
 
-
-def main(argv=None, *, spark=None) -> int:
-    """The CLI.  ``spark``: an existing session to run on (left running);
-    by default one is started for --master and stopped at the end.  Exit
-    status 2 for usage errors, 1 for failures, 130 on Ctrl-C."""
-    def go(a):
-        args = build_parser().parse_args(a)
-        args.argv = list(sys.argv[1:] if a is None else a)
-        return _run(args, spark)
-    return run(go, PROG, argv)

@@ -1,6 +1,7 @@
-"""One subscription's message lifecycle, minute by minute, on the cursor
-library: what the simulator runs for each parameter point (no Spark here;
-``simulate`` spreads the points over Spark tasks).
+"""One subscription's message lifecycle replayed minute by minute on the
+cursor library: the pipeline's unit of work, one parameter point per Spark
+task (no Spark here; ``pipeline`` spreads the points over the tasks), as
+``replay`` is in the cache and balance packages.
 
 The model
 ---------
@@ -44,6 +45,29 @@ from .lifecycle import BacklogQuota, Expirer
 
 MIN_MS = 60_000
 VARIANTS = [("publish", False), ("publish", True), ("deliverable", False), ("deliverable", True)]
+
+#: The sweep's tables, a row per point and variant (summary), per sample
+#: (series) and per fate (lifetimes): name and Spark SQL type.
+SUMMARY_FIELDS = [
+    ("point", "int"), ("ttl_min", "double"), ("retention_min", "double"),
+    ("delayed_share", "double"), ("ack_fail", "double"), ("rollover_entries", "int"),
+    ("rule", "string"), ("compensator", "boolean"), ("published", "long"), ("delayed", "long"),
+    ("lost_before_delivery", "long"), ("evicted_before_delivery", "long"), ("expired", "long"),
+    ("evicted", "long"), ("consumed", "long"), ("redelivered", "long"),
+    ("quota_actions", "long"), ("blocked_min", "long"), ("peak_ranges", "long"),
+    ("peak_range_bytes", "long"), ("peak_holes", "long"), ("peak_backlog_bytes", "long"),
+    ("cursor_rebuilds", "long"), ("not_deleted", "long"), ("seconds", "double"),
+]
+SERIES_FIELDS = [("point", "int"), ("rule", "string"), ("compensator", "boolean"),
+                  ("minute", "int"), ("holes", "long"), ("ranges", "long"),
+                  ("range_bytes", "long"), ("backlog_bytes", "long")]
+LIFETIME_FIELDS = [("point", "int"), ("ttl_min", "double"), ("retention_min", "double"),
+                    ("rollover_entries", "int"), ("rule", "string"), ("compensator", "boolean"),
+                    ("fate", "string"), ("messages", "long"), ("measured_median_min", "double"),
+                    ("measured_p95_min", "double"), ("seed_rule_min", "double"),
+                    ("pulsar_rule_median_min", "double"), ("seed_rule_mae_min", "double"),
+                    ("pulsar_rule_mae_min", "double")]
+TABLES = {"summary": SUMMARY_FIELDS, "series": SERIES_FIELDS, "lifetimes": LIFETIME_FIELDS}
 
 
 @dataclass(frozen=True)

@@ -13,8 +13,8 @@ from collections.abc import Mapping
 import pytest
 
 from pylimiter.pulsar.balance import (
-    Bundle,
     BrokerLoad,
+    Bundle,
     BundleLoad,
     BundleSplitter,
     LeastLongTermMessageRate,
@@ -29,7 +29,7 @@ from pylimiter.pulsar.balance import (
 )
 from pylimiter.pulsar.balance.bundles import bundle_namespace
 
-from ._cache_support import hostile_values, memory_cap, outcome
+from ..hostile import hostile_values, memory_cap, outcome
 
 NS = "tenant/ns"
 

@@ -10,6 +10,8 @@ from __future__ import annotations
 import pytest
 
 from pylimiter._cli import run
+from pylimiter.pulsar._settings import flag_of
+from pylimiter.pulsar.balance.cluster import Settings
 from pylimiter.pulsar.balance.generate import GeneratorSpec
 from pylimiter.pulsar.balance.pipeline import PROG, build_parser, main
 from pylimiter.pulsar.balance.source import GeneratedSource
@@ -54,6 +56,7 @@ GOOD = ("step,topic,msg_rate_in,msg_rate_out,msg_throughput_in,msg_throughput_ou
     (GOOD + "0,persistent://a/b/t1,1,2,3,4,1,1\n", "step 0 has topic persistent://a/b/t1 2 times"),
     ("step,topic,msg_rate_in\n0,persistent://a/b/c,1\n", "missing columns msg_rate_out"),
 ])
+@pytest.mark.slow
 def test_malformed_csv_is_one_line_naming_column_and_row(spark, capsys, tmp_path, text, needle):
     path = tmp_path / "bad.csv"
     path.write_text(text)
@@ -62,6 +65,7 @@ def test_malformed_csv_is_one_line_naming_column_and_row(spark, capsys, tmp_path
     assert needle in line and str(path) in line
 
 
+@pytest.mark.slow
 def test_malformed_json_line(spark, capsys, tmp_path):
     path = tmp_path / "bad.jsonl"
     good = ('{"step": 0, "topic": "persistent://a/b/t", "msg_rate_in": 1, "msg_rate_out": 1, '
@@ -71,6 +75,7 @@ def test_malformed_json_line(spark, capsys, tmp_path):
     assert "row 2 is not valid JSON" in line
 
 
+@pytest.mark.slow
 def test_parquet_with_wrong_types(spark, capsys, tmp_path):
     path = tmp_path / "bad.parquet"
     pd.DataFrame({"step": [0], "topic": [1], "msg_rate_in": [1.0], "msg_rate_out": [1.0],
@@ -82,6 +87,7 @@ def test_parquet_with_wrong_types(spark, capsys, tmp_path):
 
 @pytest.mark.parametrize("name, needle", [("rows.txt", "unknown file type '.txt'"),
                                           ("missing.csv", "no such file")])
+@pytest.mark.slow
 def test_unknown_or_missing_input(spark, capsys, tmp_path, name, needle):
     path = tmp_path / name
     if name != "missing.csv":
@@ -90,6 +96,7 @@ def test_unknown_or_missing_input(spark, capsys, tmp_path, name, needle):
     assert needle in line
 
 
+@pytest.mark.slow
 def test_option_combinations_that_do_not_fit(spark, capsys, tmp_path):
     line = _fail(spark, capsys, ["simulate", "--split-algorithm", "specified_positions_divide",
                                  "--out", str(tmp_path)])
@@ -115,6 +122,7 @@ def small_run(spark, tmp_path_factory):
     return out, rows
 
 
+@pytest.mark.slow
 def test_report_and_tables_are_written(small_run):
     out, _ = small_run
     html = (out / "index.html").read_text()
@@ -131,6 +139,7 @@ def test_report_and_tables_are_written(small_run):
     assert (out / "timings.json").exists()
 
 
+@pytest.mark.slow
 def test_splits_and_unloads_happen(small_run):
     out, _ = small_run
     dec = _table(out, "decisions")
@@ -139,6 +148,7 @@ def test_splits_and_unloads_happen(small_run):
     assert (dec[~dec["strategy"].str.endswith("+shed")]["action"] == "unload").sum() == 0
 
 
+@pytest.mark.slow
 def test_every_topic_lies_in_exactly_one_bundle_at_every_step(small_run):
     out, rows = small_run
     loads = _table(out, "bundle_loads")
@@ -152,6 +162,7 @@ def test_every_topic_lies_in_exactly_one_bundle_at_every_step(small_run):
         assert (hits == 1).all(), f"step {step}: {int((hits != 1).sum())} topics misplaced"
 
 
+@pytest.mark.slow
 def test_bundle_loads_sum_to_topic_loads_at_every_step(small_run):
     out, rows = small_run
     loads = _table(out, "bundle_loads")
@@ -166,6 +177,7 @@ def test_bundle_loads_sum_to_topic_loads_at_every_step(small_run):
             assert by_step.loc[step, c] == pytest.approx(topic_sums.loc[step, c], rel=1e-9)
 
 
+@pytest.mark.slow
 def test_every_bundle_owned_by_exactly_one_live_broker(small_run):
     out, _ = small_run
     bundles = _table(out, "bundles")
@@ -184,6 +196,7 @@ def test_every_bundle_owned_by_exactly_one_live_broker(small_run):
         assert b["last"].tolist() == [False] * (len(b) - 1) + [True]
 
 
+@pytest.mark.slow
 def test_replaying_the_rows_from_a_file_gives_the_same_decisions(spark, small_run, tmp_path):
     out, rows = small_run
     src = tmp_path / "rows.csv"
@@ -202,6 +215,7 @@ def test_replaying_the_rows_from_a_file_gives_the_same_decisions(spark, small_ru
     assert not (replay / "index.html").exists()
 
 
+@pytest.mark.slow
 def test_json_lines_and_parquet_inputs(spark, tmp_path):
     rows = pd.DataFrame({
         "step": [0, 0, 1, 1], "topic": [f"persistent://a/b/t{i}" for i in (1, 2, 1, 2)],
@@ -237,10 +251,14 @@ def test_help_documents_every_option():
     sub = build_parser()._subparsers._group_actions[0].choices["simulate"]
     for action in sub._actions:
         for opt in action.option_strings:
-            assert opt in text
-    for needle in ("(default: 600000)", "(default: range_equally_divide)",
-                   "loadBalancerBrokerThresholdShedderPercentage (default: 10",
-                   "loadBalancerNamespaceMaximumBundles (default: 128)",
+            assert opt in text, opt
+    # every setting's flag, Pulsar key and default come from its declaration
+    for f in Settings.settings():
+        assert f"{flag_of(f)} " in text and f"{f.metadata['key']}" in text, f.name
+    for needle in ("(default: 600000)", "--no-auto-split turns off: split bundles",
+                   "overrides defaultNamespaceBundleSplitAlgorithm (default range_equally_divide)",
+                   "overrides loadBalancerBrokerThresholdShedderPercentage (default 10 %)",
+                   "overrides loadBalancerNamespaceMaximumBundles (default 128 bundles)",
                    "(default: reports/balance)", "(default: local[*])"):
         assert needle in text, needle
     assert _cli("--version").stdout.startswith(PROG)
@@ -248,12 +266,16 @@ def test_help_documents_every_option():
 
 @pytest.mark.slow
 @pytest.mark.parametrize("argv, needle", [
-    (["simulate", "--split-algorithm", "hash_divide"], "invalid choice: 'hash_divide'"),
+    (["simulate", "--split-algorithm", "hash_divide"],
+     "split_algorithm must be one of range_equally_divide"),
     (["simulate", "--topics", "-5"], "must be at least 1, got -5"),
     (["simulate", "--brokers", "0"], "must be at least 1, got 0"),
-    (["simulate", "--max-topics", "-1"], "must be >= 0, got -1"),
-    (["simulate", "--max-msg-rate", "-3"], "must be a finite number >= 0"),
-    (["simulate", "--history", "1.5"], "must be between 0 and 1"),
+    (["simulate", "--max-topics", "-1"], "max_topics must be an integer from 0 to"),
+    (["simulate", "--max-sessions", "-2"], "max_sessions must be an integer from -1 to"),
+    (["simulate", "--max-msg-rate", "-3"], "max_msg_rate must be a number from 0 to"),
+    (["simulate", "--max-msg-rate", "nan"], "max_msg_rate must be a number from 0 to"),
+    (["simulate", "--history", "1.5"], "history must be a number from 0 to 1, not 1.5"),
+    (["simulate", "--grace-steps", "2.5"], "must be an integer, not '2.5'"),
     (["simulate", "--weights", "gpu=1"], "expected name=weight pairs"),
     (["simulate", "--split-positions", "0x1ffffffff"], "within 0..0xffffffff"),
     (["simulate", "--out", "/proc/nope/x"], "cannot write to /proc/nope/x"),
@@ -278,9 +300,13 @@ def test_settings_from_the_command_line():
     args = build_parser().parse_args([
         "simulate", "--weights", "cpu=2,direct-memory=0.5", "--split-algorithm",
         "specified_positions_divide", "--split-positions", "0x40000000,3221225472",
-        "--no-unload-split-bundles", "--lower-boundary-shedding", "--max-sessions", "0"])
+        "--no-auto-unload-split-bundles", "--lower-boundary-shedding", "--max-sessions", "0"])
     s = settings_from(args)
     assert s.weights == LoadWeights(cpu=2, direct_memory=0.5)
     assert s.split_positions == (0x40000000, 0xC0000000)
     assert not s.auto_unload_split_bundles and s.lower_boundary_shedding
     assert s.max_sessions == 0
+    s = settings_from(build_parser().parse_args(["simulate", "--no-auto-split", "--history", "0",
+                                                 "--max-msg-rate", "5"]))
+    assert not s.auto_split and s.auto_unload_split_bundles
+    assert s.history == 0 and s.max_msg_rate == 5.0 and s.max_sessions == 1000

@@ -202,8 +202,14 @@ def test_samples_for_unknown_bundles_are_rejected():
 
 
 def test_settings_are_checked():
-    with pytest.raises(ValueError, match="unknown split algorithm"):
+    with pytest.raises(ValueError, match="split_algorithm must be one of range_equally_divide"):
         Settings(split_algorithm="nope")
+    with pytest.raises(ValueError, match="history must be a number from 0 to 1"):
+        Settings(history=1.5)
+    with pytest.raises(ValueError, match="auto_split must be true or false, not 1"):
+        Settings(auto_split=1)
+    with pytest.raises(ValueError, match="max_topics must be an integer"):
+        Settings(max_topics=float("nan"))
     with pytest.raises(ValueError, match="split positions"):
         Settings(split_algorithm="specified_positions_divide")
     with pytest.raises(ValueError):

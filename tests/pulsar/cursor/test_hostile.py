@@ -23,7 +23,7 @@ from pylimiter.pulsar.cursor import (
 )
 from pylimiter.pulsar.cursor import ranges as ranges_mod
 
-from ._cache_support import hostile_values, memory_cap, outcome, run_isolated
+from ..hostile import hostile_values, memory_cap, outcome, run_isolated
 
 
 def check_cursor(c: Cursor):
@@ -76,7 +76,7 @@ def _targets():
     s = AckRangeSet()
     s.add((1, 3))
     q = BacklogQuota(100, 10, "consumer_backlog_eviction")
-    sizes = {(l, e): 10 for l in (1, 3) for e in range(20)}
+    sizes = {(led, e): 10 for led in (1, 3) for e in range(20)}
     return [
         ("AckRangeSet.add(position)", lambda x, c: s.add(x)),
         ("AckRangeSet.add(ledger)", lambda x, c: s.add((x, 4))),
@@ -159,7 +159,7 @@ def test_backlog_eviction_refuses_nan_and_inf(bad):
     q = BacklogQuota(100, -1, "consumer_backlog_eviction")
     for target, sizes in ((bad, {}), (0, {(1, 3): bad})):
         c = make_cursor()
-        sizes = {**{(l, e): 10 for l in (1, 3) for e in range(20)}, **sizes}
+        sizes = {**{(led, e): 10 for led in (1, 3) for e in range(20)}, **sizes}
         before = (c.mark_delete_position, c.acked.ranges())
         with pytest.raises(ValueError):
             q.evict(c, (3, 9), sizes, target)
@@ -284,7 +284,7 @@ def test_keyboard_interrupt_from_the_sizes_acks_nothing():
     c = make_cursor()
     before = (c.mark_delete_position, c.acked.ranges())
     q = BacklogQuota(1, -1, "consumer_backlog_eviction")
-    sizes = Interrupting({(l, e): 10 for l in (1, 3) for e in range(20)}, 4)
+    sizes = Interrupting({(led, e): 10 for led in (1, 3) for e in range(20)}, 4)
     with pytest.raises(KeyboardInterrupt):
         q.evict(c, (3, 9), sizes, 0)
     assert (c.mark_delete_position, c.acked.ranges()) == before

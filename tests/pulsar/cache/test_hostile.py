@@ -20,22 +20,14 @@ from importlib import import_module
 
 import pytest
 
-from pylimiter.pulsar.cache import ENTRY_OVERHEAD_BYTES, EntryReader, NotInitialisedError
-
-from ._cache_support import (  # noqa: F401  (cm is a fixture)
-    DEBUG_BUILD,
-    MODULES,
-    MS,
-    BadHash,
-    FakeClock,
-    ScriptedClock,
-    check_manager,
-    cm,
-    hostile_values,
-    outcome,
-    run_isolated,
-    snapshot,
+from pylimiter.pulsar.cache import (
+    ENTRY_OVERHEAD_BYTES,
+    EntryReader,
+    NotInitialisedError,
 )
+
+from ..hostile import hostile_values, outcome, run_isolated
+from .kit import DEBUG_BUILD, MODULES, MS, FakeClock, ScriptedClock, check_manager, snapshot
 
 C, PY = MODULES["c"], MODULES["python"]
 both = pytest.mark.parametrize("modname", [pytest.param(C, marks=pytest.mark.c_extension), PY],
@@ -149,7 +141,7 @@ def uninitialised_checks(modname: str) -> None:
 
 @both
 def test_objects_built_with_new_alone_refuse_everything(modname):
-    assert run_isolated(f"from tests.pulsar.test_cache_hostile import uninitialised_checks\n"
+    assert run_isolated(f"from tests.pulsar.cache.test_hostile import uninitialised_checks\n"
                         f"uninitialised_checks({modname!r})").strip() == "ok"
 
 
@@ -190,7 +182,8 @@ def test_attribute_walk_in_every_state(modname):
     code = f"""
 import gc
 from importlib import import_module
-from tests.pulsar._cache_support import cache_objects_in_every_state, walk
+from tests.pulsar.cache.kit import cache_objects_in_every_state
+from tests.pulsar.hostile import walk
 gc.set_threshold(1)
 mod = import_module({modname!r})
 n = 0
@@ -655,6 +648,7 @@ def test_hostile_argument_matrix_twins_agree(label):
 # ---- the garbage collector inside deallocators (item 1) -----------------------------------------
 
 
+@pytest.mark.slow          # seconds: a fresh interpreter collecting at every allocation
 @both
 def test_collections_inside_deallocators_and_cycles(modname):
     """gc.set_threshold(1) (a collection at almost every allocation), keys

@@ -24,19 +24,24 @@ from ..._cli import (
     fmt_seconds,
     make_parser,
     name_list,
-    non_negative_int,
     number_list,
     positive_float,
     positive_int,
-    run,
+    run,  # re-exported: __main__.py is `run(main, PROG)` and nothing else
     subparsers,
-    writable_dir,
 )
 from ...spark.progress import JobProgress
-from ...spark.session import preflight, spark_session, write_table
+from ...spark.report import command_line
+from ...spark.rows import failure_row, schema, typed_row
+from ...spark.session import add_run_flags, preflight, spark_session, write_table
+from .._settings import add_setting_flags, add_sweep_flag, setting_overrides
+from ._common import CacheSettings
 from .policies import POLICIES
 from .replay import RESULT_FIELDS
+from .report import RunResult, write_report
 from .workloads import WORKLOADS
+
+__all__ = ["PROG", "UsageError", "build_parser", "expand_grid", "main", "run", "settings_from"]
 
 PROG = "python -m pylimiter.pulsar.cache"
 SCAN_POLICIES = ("pip430", "lru", "legacy")
@@ -44,13 +49,6 @@ SCAN_FIELDS = [("topics", "int"), ("policy", "string"), ("ns_per_pass", "double"
 
 
 # ---- arguments ---------------------------------------------------------------------
-
-
-def _fraction(text: str) -> float:
-    v = positive_float(text)
-    if v > 0.98:
-        raise argparse.ArgumentTypeError(f"must be in (0, 0.98] (the trigger), got {text}")
-    return v
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -66,26 +64,13 @@ def build_parser() -> argparse.ArgumentParser:
                     "cacheEvictionByExpectedReadCount and "
                     "managedLedgerCacheEvictionExtendTTLOfRecentlyAccessed: pip430 (true, "
                     "true), pip430-no-expected-reads (false, true), fifo (false, false).")
-    sp.add_argument("--master", default="local[*]",
-                    help="Spark master: local[N], spark://host:port, yarn, k8s://...")
     sp.add_argument("--workloads", type=name_list(list(WORKLOADS)), default=list(WORKLOADS),
                     help="comma-separated")
     sp.add_argument("--policies", type=name_list(list(POLICIES)), default=list(POLICIES),
                     help="comma-separated")
-    sp.add_argument("--managedLedgerCacheSizeMB", dest="cache_mb", metavar="MB,...",
-                    type=number_list(float, 0.0), default=[8.0, 32.0, 128.0],
-                    help="cache sizes to sweep")
-    sp.add_argument("--managedLedgerCacheEvictionWatermark", dest="watermark", type=_fraction,
-                    default=0.9, help="size eviction frees down to this fraction")
-    sp.add_argument("--managedLedgerCacheEvictionTimeThresholdMillis", dest="threshold_ms",
-                    type=positive_float, default=1000.0, help="entry TTL before requeues")
-    sp.add_argument("--managedLedgerCacheEvictionIntervalMs", dest="interval_ms",
-                    type=positive_float, default=10.0,
-                    help="simulated time between eviction passes")
-    sp.add_argument(
-        "--managedLedgerCacheEvictionExtendTTLOfEntriesWithRemainingExpectedReadsMaxTimes",
-        dest="max_requeue", type=non_negative_int, default=5,
-        help="requeues of an entry with expected reads (pip430)")
+    add_sweep_flag(sp, CacheSettings, "cache_size_mb", [8.0, 32.0, 128.0])
+    pulsar = sp.add_argument_group("eviction settings (the policies fix the switches)")
+    add_setting_flags(pulsar, CacheSettings, group="eviction")
     sp.add_argument("--seeds", type=positive_int, default=1, help="traces per workload")
     sp.add_argument("--scale", type=positive_float, default=1.0,
                     help="multiplies every workload's topic count")
@@ -93,9 +78,7 @@ def build_parser() -> argparse.ArgumentParser:
                     help="simulated seconds per trace (default: each workload's own)")
     sp.add_argument("--scan-topics", type=number_list(int, 0), default=[100, 1000, 10000, 100000],
                     help="topic counts for the idle eviction pass cost (0: skip)")
-    sp.add_argument("--out", type=writable_dir, default=Path("reports/cache"),
-                    help="report folder (index.html, tables, plots)")
-    sp.add_argument("--no-progress", action="store_true", help="no progress bars")
+    add_run_flags(sp, Path("reports/cache"))
     return ap
 
 
@@ -104,8 +87,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _replay_partition(rows):
     """Executor side: one grid point per row -> one result tuple."""
-    import traceback
-
     from pylimiter.pulsar.cache.replay import RESULT_FIELDS, replay
     from pylimiter.pulsar.cache.workloads import Trace
 
@@ -113,20 +94,11 @@ def _replay_partition(rows):
         try:
             trace = Trace(row["workload"], row["seed"], scale=row["scale"],
                           duration=row["duration"])
-            res = replay(trace, row["policy"], int(row["cache_mb"] * (1 << 20)),
-                         time_threshold_ms=row["threshold_ms"], interval_ms=row["interval_ms"],
-                         max_requeue=row["max_requeue"], eviction_watermark=row["watermark"])
-        except Exception as exc:   # a failed point is a row, not a failed job
-            res = {k: row.get(k) for k in ("workload", "policy", "cache_mb", "seed")}
-            res["failure"] = "".join(traceback.format_exception_only(type(exc), exc)).strip()
-        yield _typed(res, RESULT_FIELDS)
-
-
-def _typed(res: dict, fields) -> tuple:
-    """A row in schema order with Python types Spark accepts for each field
-    (an int where a double is declared is a type error there)."""
-    conv = {"double": float, "long": int, "int": int, "string": str}
-    return tuple(None if res.get(n) is None else conv[k](res[n]) for n, k in fields)
+            res = replay(trace, row["policy"], int(row["cache_mb"] * (1 << 20)), row["settings"])
+        except Exception as exc:
+            res = failure_row({k: row.get(k) for k in ("workload", "policy", "cache_mb", "seed")},
+                              exc)
+        yield typed_row(res, RESULT_FIELDS)
 
 
 def _scan_partition(rows):
@@ -134,25 +106,23 @@ def _scan_partition(rows):
 
     for row in rows:
         for policy, ns in idle_pass_ns(row["topics"], row["policies"]).items():
-            yield _typed(dict(topics=row["topics"], policy=policy, ns_per_pass=ns), SCAN_FIELDS)
+            yield typed_row(dict(topics=row["topics"], policy=policy, ns_per_pass=ns),
+                            SCAN_FIELDS)
 
 
-def _schema(fields):
-    from pyspark.sql import types as T
-
-    kinds = {"long": T.LongType(), "int": T.IntegerType(), "string": T.StringType(),
-             "double": T.DoubleType()}
-    return T.StructType([T.StructField(n, kinds[k], True) for n, k in fields])
+def settings_from(args) -> CacheSettings:
+    """The eviction settings the command line gives (Pulsar's defaults for
+    the others)."""
+    return CacheSettings(**setting_overrides(args, CacheSettings, group="eviction"))
 
 
 def expand_grid(args) -> list[dict]:
     """The replay points, shuffled (seeded) so heavy ones spread over
     executors."""
+    settings = settings_from(args)
     points = [dict(workload=w, policy=p, cache_mb=mb, seed=s + 1, scale=args.scale,
-                   duration=args.duration, threshold_ms=args.threshold_ms,
-                   interval_ms=args.interval_ms, max_requeue=args.max_requeue,
-                   watermark=args.watermark)
-              for w in args.workloads for p in args.policies for mb in args.cache_mb
+                   duration=args.duration, settings=settings)
+              for w in args.workloads for p in args.policies for mb in args.cache_size_mb
               for s in range(args.seeds)]
     random.Random(1).shuffle(points)
     return points
@@ -190,7 +160,7 @@ def main(argv: Optional[Sequence[str]] = None, *, spark=None) -> int:
     scan = [t for t in args.scan_topics if t > 0]
     print(f"pylimiter entry cache simulator: {len(grid)} replays "
           f"({len(args.workloads)} workloads x {len(args.policies)} policies x "
-          f"{len(args.cache_mb)} cache sizes x {args.seeds} seeds)"
+          f"{len(args.cache_size_mb)} cache sizes x {args.seeds} seeds)"
           + (f" + idle-pass cost at {','.join(map(str, scan))} topics" if scan else "")
           + f" on {args.master if spark is None else 'the given session'}", flush=True)
     t0 = time.perf_counter()
@@ -199,7 +169,7 @@ def main(argv: Optional[Sequence[str]] = None, *, spark=None) -> int:
         sc = s.sparkContext
         with JobProgress(sc, "replays", len(grid), enabled=not args.no_progress):
             rows = sc.parallelize(grid, len(grid)).mapPartitions(_replay_partition).collect()
-        runs = s.createDataFrame(rows, _schema(RESULT_FIELDS))
+        runs = s.createDataFrame(rows, schema(RESULT_FIELDS))
         runs.createOrReplaceTempView("runs")
         failures = [r for r in rows if r[-1]]
         if failures:
@@ -210,17 +180,16 @@ def main(argv: Optional[Sequence[str]] = None, *, spark=None) -> int:
                         or list(SCAN_POLICIES)) for t in scan]
             with JobProgress(sc, "idle passes", len(pts), enabled=not args.no_progress):
                 scan_rows = sc.parallelize(pts, len(pts)).mapPartitions(_scan_partition).collect()
-        scan_df = s.createDataFrame(scan_rows, _schema(SCAN_FIELDS))
+        scan_df = s.createDataFrame(scan_rows, schema(SCAN_FIELDS))
         summary = s.sql(SUMMARY_SQL)
         write_table(runs, out, "runs")
         write_table(summary, out, "summary")
         write_table(scan_df, out, "scan")
-        summary_pd = summary.toPandas()
-        scan_pd = scan_df.toPandas()
-        from ...spark.report import command_line
-        from .report import write_report
-
-        index = write_report(out, summary_pd, scan_pd, args, spark_version=s.version,
+        res = RunResult(summary=summary.toPandas(), scan=scan_df.toPandas(),
+                        workloads=args.workloads, policies=args.policies, seeds=args.seeds,
+                        scale=args.scale, settings=grid[0]["settings"] if grid
+                        else settings_from(args))
+        index = write_report(out, res, spark_version=s.version,
                              command=command_line(PROG, argv))
     if failures:
         raise RuntimeError(f"{len(failures)} of {len(grid)} replays failed: {failures[0][-1]}")
@@ -231,10 +200,3 @@ def main(argv: Optional[Sequence[str]] = None, *, spark=None) -> int:
     print(f"report: {index.resolve()}")
     return 0
 
-
-def cli(argv: Optional[Sequence[str]] = None) -> int:
-    """Entry point: the kit's exit statuses (2 usage, 1 runtime, 130 Ctrl-C)."""
-    return run(main, PROG, argv)
-
-
-__all__ = ["main", "cli", "build_parser", "expand_grid", "UsageError"]

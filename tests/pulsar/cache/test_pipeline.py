@@ -1,0 +1,126 @@
+"""python -m pylimiter.pulsar.cache simulate: the Spark pipeline end to end on
+the shared session, its flags (from CacheSettings) and the command line."""
+
+from __future__ import annotations
+
+import csv
+
+import pytest
+
+from pylimiter.pulsar.cache.policies import POLICIES
+from pylimiter.pulsar.cache.replay import replay
+from pylimiter.pulsar.cache.workloads import (
+    Trace,
+)
+from tests._helpers import run_module
+
+from .kit import release_only
+
+
+def _rows(path):
+    (part,) = path.glob("part-*.csv")
+    with part.open() as f:
+        return list(csv.DictReader(f))
+
+
+@pytest.mark.slow
+def test_simulator_end_to_end(spark, tmp_path, capsys):
+    from pylimiter.pulsar.cache.pipeline import main
+
+    out = tmp_path / "cache"
+    rc = main(["simulate", "--workloads", "catchup,keyshared",
+               "--cache-size-mb", "1,4", "--scale", "0.05", "--duration", "2",
+               "--scan-topics", "10,100", "--no-progress", "--out", str(out)], spark=spark)
+    cap = capsys.readouterr()
+    assert rc == 0, cap.out + cap.err
+    assert "pylimiter entry cache simulator: 20 replays" in cap.out
+    assert f"report: {(out / 'index.html').resolve()}" in cap.out
+    assert not spark.sparkContext._jsc.sc().isStopped()
+    runs = _rows(out / "runs.csv")
+    assert len(runs) == 2 * 5 * 2
+    for r in runs:
+        assert r["failure"] == ""
+        assert int(r["hits"]) + int(r["misses"]) == int(r["reads"]) > 0
+    summary = _rows(out / "summary.csv")
+    assert {(s["workload"], s["policy"]) for s in summary} == {
+        (w, p) for w in ("catchup", "keyshared") for p in POLICIES}
+    scan = _rows(out / "scan.csv")
+    assert {(int(s["topics"]), s["policy"]) for s in scan} == {
+        (t, p) for t in (10, 100) for p in ("pip430", "lru", "legacy")}
+    html = (out / "index.html").read_text()
+    assert "Verdict." in html and "Claim 1" in html and "Claim 2" in html
+    for png in ("hit_rate.png", "storage.png", "scan.png"):
+        assert (out / png).stat().st_size > 1000 and png in html
+    assert (out / "runs.parquet").is_dir()
+
+
+# ---- the command line ------------------------------------------------------------------------
+
+
+def _cli(*args, timeout=120):
+    return run_module("pylimiter.pulsar.cache", *args, timeout=timeout)
+
+
+@pytest.mark.slow
+def test_cli_version_and_help():
+    v = _cli("--version")
+    assert v.returncode == 0 and "pylimiter-pulsar" in v.stdout
+    h = _cli("simulate", "--help")
+    assert h.returncode == 0 and "(default: 8.0,32.0,128.0)" in h.stdout
+    assert "--eviction-watermark N" in h.stdout and "--managedLedger" not in h.stdout
+
+
+def test_flags_keys_and_defaults_come_from_the_declaration():
+    from pylimiter.pulsar._settings import flag_of
+    from pylimiter.pulsar.cache import SETTINGS
+    from pylimiter.pulsar.cache._common import CacheSettings
+    from pylimiter.pulsar.cache.pipeline import build_parser, settings_from
+
+    sub = build_parser()._subparsers._group_actions[0].choices["simulate"]
+    helps = {opt: a.help for a in sub._actions for opt in a.option_strings}
+    for f in CacheSettings.settings():
+        if f.metadata["group"] == "policy":       # fixed by each policy, no flag
+            assert flag_of(f) not in helps
+            continue
+        assert f.metadata["key"] in helps[flag_of(f)], f.name
+    assert helps["--time-threshold-ms"].endswith("(default 1000 ms)")
+    assert SETTINGS["managedLedgerCacheEvictionIntervalMs"] == 10.0
+    assert settings_from(sub.parse_args([])) == CacheSettings()
+    s = settings_from(sub.parse_args(["--max-requeue", "0", "--eviction-watermark", "0.5"]))
+    assert (s.max_requeue, s.eviction_watermark, s.time_threshold_ms) == (0, 0.5, 1000.0)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("args, needle", [
+    (["simulate", "--policies", "pip430,arc"], "unknown 'arc'"),
+    (["simulate", "--cache-size-mb", "8,-1"], "cache_size_mb must be a number from 0 to"),
+    (["simulate", "--cache-size-mb", ","], "expected comma-separated values"),
+    (["simulate", "--eviction-watermark", "0.99"],
+     "eviction_watermark must be a number from 0 to 0.98, not 0.99"),
+    (["simulate", "--eviction-interval-ms", "0"], "eviction_interval_ms must be a number from"),
+    (["simulate", "--max-requeue", "1.5"], "must be an integer, not '1.5'"),
+    (["simulate", "--scale", "0"], "must be a finite number > 0"),
+    (["simulate", "--out", "/proc/nope"], "cannot write to /proc/nope"),
+    (["simulate", "--master", "mesos://127.0.0.1:1"], "unsupported master URL"),
+    ([], "required"),
+])
+def test_cli_usage_errors_are_one_line(args, needle):
+    p = _cli(*args)
+    assert p.returncode == 2, p.stderr
+    assert needle in p.stderr.strip().splitlines()[-1]
+    assert "Traceback" not in p.stderr
+
+
+@release_only
+def test_result_rows_fit_the_schema_types():
+    """Every value has the Python type of its declared Spark type (an int
+    duration where a double is declared is rejected by createDataFrame)."""
+    from pylimiter.pulsar.cache.replay import RESULT_FIELDS
+    from pylimiter.spark.rows import typed_row
+
+    res = replay(Trace("keyshared", 1, scale=0.03), "pip430", 1 << 20)   # default duration
+    assert isinstance(res["sim_seconds"], (int, float))
+    row = typed_row(res, RESULT_FIELDS)
+    py = {"double": float, "long": int, "int": int, "string": str}
+    for (name, kind), value in zip(RESULT_FIELDS, row):
+        assert value is None or type(value) is py[kind], (name, value)
