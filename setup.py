@@ -7,14 +7,24 @@ PYLIMITER_SANITIZE=thread|address   build the extensions with a sanitizer
 """
 
 import os
-import sys
 
 from setuptools import Extension, setup
 
 
-NO_EXTENSIONS = bool(os.environ.get("PYLIMITER_NO_EXTENSIONS"))
-if sys.implementation.name != "cpython":
-    NO_EXTENSIONS = True
+def _compat():
+    """pylimiter/_compat.py, loaded by path (the package is not importable
+    before it is built): the install reads PYLIMITER_NO_EXTENSIONS as the
+    import does (1/true/yes/on: pure; unset/0/false/no/off: C)."""
+    import importlib.util
+
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "pylimiter", "_compat.py")
+    spec = importlib.util.spec_from_file_location("_pylimiter_compat", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+NO_EXTENSIONS = not _compat().USE_EXTENSIONS
 
 if NO_EXTENSIONS:
     print("*********************\n* Pure Python build *\n*********************")

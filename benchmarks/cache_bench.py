@@ -39,10 +39,11 @@ import time
 from importlib import import_module
 from pathlib import Path
 
+from pylimiter._impls import TWINS
 from pylimiter.pulsar.cache import ENTRY_OVERHEAD_BYTES
 
 OUT = Path(__file__).resolve().parent / "results"
-IMPLS = {"c": "pylimiter.pulsar.cache._cache_c", "python": "pylimiter.pulsar.cache._cache_py"}
+IMPLS = dict(zip(("c", "python"), TWINS["cache"]))
 
 
 def _interleaved(a, b, rounds: int) -> tuple[float, float]:

@@ -8,6 +8,7 @@ PIP-442.  The C implementation is used unless PYLIMITER_NO_EXTENSIONS is set;
 
 from typing import TYPE_CHECKING
 
+from . import _impls
 from ._common import MAX_PERMITS, LimitType, SemaphoreStats
 from ._compat import USE_EXTENSIONS
 from ._errors import (
@@ -21,25 +22,24 @@ from ._errors import (
 
 __version__ = "0.1.0"
 
-if TYPE_CHECKING or not USE_EXTENSIONS:
+if TYPE_CHECKING:
     from ._limiter_py import (
         AsyncDualMemoryLimiter,
         AsyncSemaphore,
         DualMemoryPermit,
         SemaphorePermit,
     )
-
-    IMPLEMENTATION = "python"
 else:
-    # No fallback: a missing or broken extension is an error, not a slowdown.
-    from ._limiter_c import (
-        AsyncDualMemoryLimiter,
-        AsyncSemaphore,
-        DualMemoryPermit,
-        SemaphorePermit,
-    )
+    # The C twin unless PYLIMITER_NO_EXTENSIONS=1 (or off CPython).  No
+    # fallback: a missing or broken extension is an error, not a slowdown.
+    _active = _impls.active_module("limiter")
+    AsyncDualMemoryLimiter = _active.AsyncDualMemoryLimiter
+    AsyncSemaphore = _active.AsyncSemaphore
+    DualMemoryPermit = _active.DualMemoryPermit
+    SemaphorePermit = _active.SemaphorePermit
+    del _active
 
-    IMPLEMENTATION = "c"
+IMPLEMENTATION = _impls.ACTIVE.tag
 
 __all__ = (
     "IMPLEMENTATION",

@@ -17,7 +17,7 @@ import warnings
 from collections.abc import Callable, Generator, Iterable
 from dataclasses import dataclass
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Generic, NoReturn, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, NoReturn, Protocol, TypeVar
 
 from ._errors import (
     PermitAcquireAlreadyClosedError,
@@ -131,7 +131,9 @@ MSG_NO_COPY = (
 MSG_CLOSED = "pylimiter: semaphore is closed"
 MSG_CLOSED_WHILE_QUEUED = "pylimiter: semaphore was closed"
 MSG_CANCELLED = "pylimiter: request cancelled"
-MSG_TIMED_OUT = "pylimiter: timed out waiting for permits"
+MSG_TIMED_OUT = ("pylimiter: timed out after {} s waiting for permits; pass timeout=None "
+                 "to wait for ever, or a larger timeout= to this call or to the "
+                 "semaphore's (limiter's) constructor, whose default is 25 s")
 MSG_TIMEOUT_ZERO = "pylimiter: permits not available and timeout=0"
 MSG_QUEUE_FULL = "pylimiter: queue is full ({} waiting)"
 MSG_OVERFLOW = "pylimiter: too many permits outstanding"
@@ -211,6 +213,56 @@ class ReleasingRequest(Generic[_P]):
             if self._result is not None:
                 self._release_result(self._result)
             return DONE
+
+
+class PermitLike(Protocol):
+    """What the dual limiter reads of a pool's permit."""
+
+    @property
+    def permits(self) -> int: ...
+
+
+class RequestLike(Protocol):
+    """What the dual limiter does with a pool's acquire/update request."""
+
+    def __await__(self) -> Generator[Any, None, Any]: ...
+
+    def close(self) -> None: ...
+
+
+class SemaphoreLike(Protocol):
+    """The pool the dual limiter is written against: either twin's
+    AsyncSemaphore.  A protocol, so that ``_dual.py`` imports neither twin
+    (each twin imports ``_dual.py``).  Permits are ``Any``: each pool takes
+    back only its own (the twin's SemaphorePermit)."""
+
+    def __init__(self, max_permits: int, max_queue_size: int = ...,
+                 timeout: float | None = ...) -> None: ...
+
+    @property
+    def acquired_permits(self) -> int: ...
+
+    @property
+    def max_permits(self) -> int: ...
+
+    def acquire(self, permits: int = ..., *, timeout: float | None = ...,
+                is_cancelled: Callable[[], object] | None = ...) -> RequestLike: ...
+
+    def acquire_blocking(self, permits: int = ..., *, timeout: float | None = ...,
+                         is_cancelled: Callable[[], object] | None = ...) -> Any: ...
+
+    def update(self, permit: Any, new_permits: int, *, timeout: float | None = ...,
+               is_cancelled: Callable[[], object] | None = ...) -> RequestLike: ...
+
+    def update_blocking(self, permit: Any, new_permits: int, *,
+                        timeout: float | None = ...,
+                        is_cancelled: Callable[[], object] | None = ...) -> Any: ...
+
+    def release(self, permit: Any) -> None: ...
+
+    def close(self) -> None: ...
+
+    def stats(self) -> SemaphoreStats: ...
 
 
 def closed_error() -> PermitAcquireAlreadyClosedError:
@@ -299,8 +351,16 @@ def cancelled_error(cause: BaseException | None) -> PermitAcquireCancelledError:
     return exc
 
 
+def timed_out_error(timeout: float | None) -> PermitAcquireTimeoutError:
+    """The error of a request whose ``timeout`` (seconds) ran out: it names
+    the timeout and how to change it (the 25 s default surprises callers
+    who know asyncio.Semaphore, which waits for ever)."""
+    seconds = "?" if timeout is None else format(timeout, "g")
+    return PermitAcquireTimeoutError(MSG_TIMED_OUT.format(seconds))
+
+
 def left_queue_error(state: int, total: int, limit: int,
-                     cause: BaseException | None) -> Exception:
+                     cause: BaseException | None, timeout: float | None) -> Exception:
     """left_queue_error is the exception a request raises when it left the
     queue in a final state other than W_GRANTED: closed, too large for a
     lowered limit, cancelled by its check, or timed out (W_REMOVED)."""
@@ -310,7 +370,7 @@ def left_queue_error(state: int, total: int, limit: int,
         return too_large_error(total, limit)
     if state == W_CANCELLED:
         return cancelled_error(cause)
-    return PermitAcquireTimeoutError(MSG_TIMED_OUT)
+    return timed_out_error(timeout)
 
 
 def permit_error(permit: object, permit_type: type) -> TypeError:

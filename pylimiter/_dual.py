@@ -7,7 +7,7 @@ each implementation module binds ``_semaphore_class`` to its own.
 from __future__ import annotations
 
 from collections.abc import Callable, Generator
-from typing import TYPE_CHECKING, Any, Optional
+from typing import Any, Generic, Optional, TypeVar
 
 from ._common import (
     MSG_ALREADY_AWAITED,
@@ -16,7 +16,10 @@ from ._common import (
     TIMEOUT_NOT_GIVEN,
     LimitType,
     NoCopy,
+    PermitLike,
     ReleasingRequest,
+    RequestLike,
+    SemaphoreLike,
     SemaphoreStats,
     reinit_error,
     thrown_exception,
@@ -24,10 +27,9 @@ from ._common import (
     uninitialised_repr,
 )
 
-if TYPE_CHECKING:
-    from ._limiter_py import AsyncSemaphore, SemaphorePermit, _Request
-
 IsCancelled = Optional[Callable[[], object]]
+#: The pools' semaphore class (each twin's AsyncSemaphore).
+_S = TypeVar("_S", bound=SemaphoreLike)
 
 
 MSG_DUAL_PERMIT_NOT_CONSTRUCTIBLE = "pylimiter: permits are created by a limiter"
@@ -41,8 +43,8 @@ class DualMemoryPermit(NoCopy):
 
     __slots__ = ("_limit_type", "_limiter", "_permit")
 
-    _limiter: DualMemoryLimiterBase
-    _permit: SemaphorePermit
+    _limiter: DualMemoryLimiterBase[Any]
+    _permit: PermitLike
     _limit_type: LimitType
 
     def __new__(cls, *args: object, **kwargs: object) -> DualMemoryPermit:
@@ -54,7 +56,7 @@ class DualMemoryPermit(NoCopy):
         raise TypeError(MSG_DUAL_PERMIT_NOT_CONSTRUCTIBLE)
 
     @classmethod
-    def _new(cls, limiter: DualMemoryLimiterBase, permit: SemaphorePermit,
+    def _new(cls, limiter: DualMemoryLimiterBase[Any], permit: PermitLike,
              limit_type: LimitType) -> DualMemoryPermit:
         self = object.__new__(cls)
         self._limiter = limiter
@@ -91,8 +93,8 @@ class _DualRequest(NoCopy, ReleasingRequest[DualMemoryPermit]):
     __slots__ = ("_gen", "_inner", "_limit_type", "_limiter", "_result", "_stage",
                  "_wrapper")
 
-    _inner: _Request
-    _limiter: DualMemoryLimiterBase
+    _inner: RequestLike
+    _limiter: DualMemoryLimiterBase[Any]
     _limit_type: LimitType
     _wrapper: DualMemoryPermit | None
     _result: DualMemoryPermit | None
@@ -103,7 +105,7 @@ class _DualRequest(NoCopy, ReleasingRequest[DualMemoryPermit]):
         raise TypeError(MSG_REQUEST_NOT_CONSTRUCTIBLE)
 
     @classmethod
-    def _new(cls, inner: _Request, limiter: DualMemoryLimiterBase,
+    def _new(cls, inner: RequestLike, limiter: DualMemoryLimiterBase[Any],
              limit_type: LimitType, wrapper: DualMemoryPermit | None) -> _DualRequest:
         self = object.__new__(cls)
         self._inner = inner
@@ -174,7 +176,7 @@ class _DualRequest(NoCopy, ReleasingRequest[DualMemoryPermit]):
         self._limiter.release(permit)
 
 
-class DualMemoryLimiterBase(NoCopy):
+class DualMemoryLimiterBase(NoCopy, Generic[_S]):
     """Separate heap and direct memory limits with FIFO queueing per pool.
 
     Each pool is an AsyncSemaphore counting bytes: ``max_*_bytes <= 0``
@@ -182,9 +184,9 @@ class DualMemoryLimiterBase(NoCopy):
     ``*_timeout`` (seconds, None: for ever) its default wait.
     """
 
-    _semaphore_class: type[AsyncSemaphore]
+    _semaphore_class: type[_S]
 
-    def __new__(cls, *args: Any, **kwargs: Any) -> DualMemoryLimiterBase:
+    def __new__(cls, *args: Any, **kwargs: Any) -> DualMemoryLimiterBase[Any]:
         # Not ready until __init__ has run: a limiter made by __new__ alone
         # refuses every call (an instance attribute: reads stay fast).
         self = super().__new__(cls)
@@ -210,12 +212,12 @@ class DualMemoryLimiterBase(NoCopy):
         self._ready = True
 
     @property
-    def _pools(self) -> dict[LimitType, AsyncSemaphore]:
+    def _pools(self) -> dict[LimitType, _S]:
         if not self._ready:
             raise uninitialised_error(self)
         return self._limiters
 
-    def get_limiter(self, limit_type: LimitType) -> AsyncSemaphore:
+    def get_limiter(self, limit_type: LimitType) -> _S:
         """The AsyncSemaphore behind one pool."""
         # By type, not by lookup: a hostile __hash__/__eq__ never runs.
         if type(limit_type) is not LimitType:

@@ -135,5 +135,5 @@ class AsyncSemaphore:
     def __reduce__(self) -> NoReturn: ...
     def __reduce_ex__(self, protocol: object) -> NoReturn: ...
 
-class AsyncDualMemoryLimiter(DualMemoryLimiterBase):
+class AsyncDualMemoryLimiter(DualMemoryLimiterBase[AsyncSemaphore]):
     """Separate heap and direct memory limits with FIFO queueing per pool."""

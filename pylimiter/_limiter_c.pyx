@@ -186,7 +186,6 @@ cdef object _InvalidStateError = _asyncio.InvalidStateError
 cdef object _Context = _contextvars.Context
 cdef object _heappush = _heapq.heappush
 cdef object _heappop = _heapq.heappop
-cdef object _MSG_TIMED_OUT = contract.MSG_TIMED_OUT
 cdef double[NBUCKETS] _BOUNDS
 for _i, _b in enumerate(contract.WAIT_BUCKETS):
     _BOUNDS[_i] = _b
@@ -822,9 +821,9 @@ cdef class _Request:
                 return self._granted(self.permit)
             status[0] = PLIM_STEP_RAISE
             if self.node.state == PLIM_W_REMOVED:
-                return PermitAcquireTimeoutError(_MSG_TIMED_OUT)
+                return contract.timed_out_error(self._timeout)
             return contract.left_queue_error(self.node.state, self.node.total, self.limit,
-                                             self.cause)
+                                             self.cause, self._timeout)
         raise RuntimeError(contract.MSG_REUSED)
 
     def __aenter__(self):
@@ -1492,7 +1491,7 @@ cdef class AsyncSemaphore:
             break
         if w.node.state == PLIM_W_GRANTED:
             return w.permit
-        raise contract.left_queue_error(w.node.state, w.node.total, w.limit, w.cause)
+        raise contract.left_queue_error(w.node.state, w.node.total, w.limit, w.cause, timeout)
 
 
 class AsyncDualMemoryLimiter(DualMemoryLimiterBase):

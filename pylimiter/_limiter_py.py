@@ -744,7 +744,8 @@ class AsyncSemaphore(NoCopy):
     def acquire_blocking(self, permits: int = 1, *,
                          timeout: float | None = TIMEOUT_NOT_GIVEN,
                          is_cancelled: IsCancelled = None) -> SemaphorePermit:
-        """Blocking twin of ``acquire`` for threads."""
+        """Blocking twin of ``acquire`` for threads; the GIL is released while
+        waiting."""
         if not self._ready:
             raise self._unready()
         n = check_permits(permits, self._max, self._bounded)
@@ -1203,13 +1204,13 @@ class AsyncSemaphore(NoCopy):
             self._queue[w] = None
         return w
 
-    def _finish(self, w: _Waiter) -> SemaphorePermit:
+    def _finish(self, w: _Waiter, timeout: float | None) -> SemaphorePermit:
         if w.state == W_GRANTED:
             p = w.permit
             assert p is not None
             w.permit = None   # a stale deadline entry must not keep it alive
             return p
-        raise left_queue_error(w.state, w.total, w.limit, w.cause)
+        raise left_queue_error(w.state, w.total, w.limit, w.cause, timeout)
 
     def _acquire_slow(self, permit: SemaphorePermit | None, n: int,
                       timeout: float | None, is_cancelled: IsCancelled
@@ -1229,7 +1230,7 @@ class AsyncSemaphore(NoCopy):
         except BaseException:
             self._abandon(w, False)
             raise
-        return self._finish(w)
+        return self._finish(w, timeout)
 
     def _run_blocking(self, permit: SemaphorePermit | None, n: int,
                       timeout: float | None,
@@ -1255,9 +1256,9 @@ class AsyncSemaphore(NoCopy):
             finally:
                 if w.state != W_REMOVED:
                     w.lock.acquire()
-        return self._finish(w)
+        return self._finish(w, timeout)
 
 
-class AsyncDualMemoryLimiter(DualMemoryLimiterBase):
+class AsyncDualMemoryLimiter(DualMemoryLimiterBase[AsyncSemaphore]):
     __doc__ = DualMemoryLimiterBase.__doc__
     _semaphore_class = AsyncSemaphore

@@ -221,3 +221,49 @@ def test_leaked_dual_permit_warns(mod):
     with pytest.warns(ResourceWarning, match=leak_message(pool, 40)):
         del p
         gc.collect()
+
+
+# ---- a timeout names itself and how to change it -------------------------------
+
+
+def _names_the_timeout(exc, seconds):
+    text = str(exc)
+    assert f"timed out after {seconds} s" in text
+    assert "timeout=None" in text and "default is 25 s" in text
+
+
+def test_timeout_error_names_the_semaphores_default_and_the_way_out(make_sem, arun):
+    sem = make_sem(2, timeout=0.05)   # the constructor's default, as 25 s would be
+    held, other = sem.try_acquire(1), sem.try_acquire(1)
+
+    async def main():
+        with pytest.raises(asyncio.TimeoutError) as info:
+            await sem.acquire(1)
+        _names_the_timeout(info.value, "0.05")
+        with pytest.raises(asyncio.TimeoutError) as info:
+            async with sem.acquire(1, timeout=0.02):
+                pass
+        _names_the_timeout(info.value, "0.02")
+        with pytest.raises(asyncio.TimeoutError) as info:
+            await sem.update(held, 2, timeout=0.03)
+        _names_the_timeout(info.value, "0.03")
+
+    arun(main())
+    with pytest.raises(TimeoutError) as info:
+        sem.acquire_blocking(1)
+    _names_the_timeout(info.value, "0.05")
+    sem.release(held)
+    sem.release(other)
+
+
+def test_dual_limiter_timeout_names_the_pool_default(mod, arun):
+    lim = mod.AsyncDualMemoryLimiter(10, 10, heap_timeout=0.04)
+    held = lim.acquire_blocking(10, LimitType.HEAP_MEMORY)
+
+    async def main():
+        with pytest.raises(TimeoutError) as info:
+            await lim.acquire(1, LimitType.HEAP_MEMORY)
+        _names_the_timeout(info.value, "0.04")
+
+    arun(main())
+    lim.release(held)

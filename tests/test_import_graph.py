@@ -20,7 +20,6 @@ import ast
 import re
 from pathlib import Path
 
-import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "pylimiter"
@@ -195,8 +194,6 @@ def test_no_import_cycle_at_run_time():
     assert cycles(edges(with_type_only=False)) == []
 
 
-@pytest.mark.xfail(strict=True, reason="issue 22 item 2: _dual.py types the compiled "
-                                       "limiter with the pure twin's classes")
 def test_no_import_cycle_counting_type_only_imports():
     assert cycles(edges(with_type_only=True)) == []
 

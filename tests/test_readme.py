@@ -40,3 +40,36 @@ def test_readme_block_runs_outside_the_checkout(tmp_path, line, code):
     proc = subprocess.run([sys.executable, str(script)], cwd=tmp_path, capture_output=True,
                           text=True, timeout=120)
     assert proc.returncode == 0, f"README.md line {line}:\n{proc.stdout}\n{proc.stderr}"
+
+
+def test_each_example_names_an_extra_that_installs_its_imports():
+    """A block whose section names an extra (`pip install '.[x]'`) imports
+    nothing that extra leaves out (the aiohttp example once named
+    [prometheus], which has no aiohttp)."""
+    import ast
+
+    tomllib = pytest.importorskip("tomllib")   # 3.11+
+
+    if not README.exists():
+        pytest.skip("README.md is not next to the tests")
+    pyproject = tomllib.loads((README.parent / "pyproject.toml").read_text())
+    extras = pyproject["project"]["optional-dependencies"]
+    text = README.read_text(encoding="utf-8")
+    checked = 0
+    for line, code in BLOCKS:
+        start = text.rfind("\n## ", 0, text.index(code))
+        named = re.findall(r"pip install '\.\[(\w+)\]'", text[start:text.index(code)])
+        if not named:
+            continue
+        wanted = {re.split(r"[<>=;!\[ ]", req, maxsplit=1)[0].lower().replace("-", "_")
+                  for extra in named for req in extras[extra]}
+        imported = set()
+        for node in ast.walk(ast.parse(code)):
+            if isinstance(node, ast.Import):
+                imported |= {a.name.split(".")[0] for a in node.names}
+            elif isinstance(node, ast.ImportFrom) and node.level == 0:
+                imported.add(node.module.split(".")[0])
+        third_party = {m for m in imported if m not in sys.stdlib_module_names} - {"pylimiter"}
+        assert third_party <= wanted, f"README.md line {line}: {third_party - wanted} not in {named}"
+        checked += 1
+    assert checked >= 1

@@ -24,6 +24,7 @@ Exits non-zero on the first failure, naming the artefact.
 from __future__ import annotations
 
 import argparse
+import ast
 import os
 import platform
 import re
@@ -86,7 +87,19 @@ def find_python(version: str) -> Path | None:
 #: and the generated protobuf module the topic-list service imports.
 #: Every C extension setup.py builds: a wheel without one of them is broken
 #: (the pure twins are fallbacks only under PYLIMITER_NO_EXTENSIONS).
-EXTENSIONS = ["pylimiter._limiter_c", "pylimiter.pulsar.cache._cache_c"]
+def _extensions() -> list[str]:
+    """The compiled modules, from their one list (TWINS in
+    pylimiter/_impls.py), read without importing the package: this script
+    runs under interpreters that have none installed."""
+    src = Path(__file__).resolve().parent.parent / "pylimiter" / "_impls.py"
+    for node in ast.parse(src.read_text()).body:
+        if (isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name)
+                and node.target.id == "TWINS"):
+            return [c for c, _ in ast.literal_eval(node.value).values()]
+    raise SystemExit(f"{src}: no TWINS table")
+
+
+EXTENSIONS = _extensions()
 WHEEL_MUST = ["pylimiter/__init__.py", "pylimiter/py.typed", "pylimiter/spark/session.py",
               "pylimiter/bench/pipeline.py", "pylimiter/pulsar/__init__.py",
               "pylimiter/pulsar/topiclist/pulsar_topiclist_pb2.py", "pylimiter/pulsar/balance/__init__.py",

@@ -20,9 +20,8 @@ OPS = 2000
 
 
 def _module(impl):
-    name = {"c": "pylimiter._limiter_c", "python": "pylimiter._limiter_py"}[impl]
     try:
-        return importlib.import_module(name)
+        return importlib.import_module("pylimiter._impls").IMPLEMENTATIONS[impl].module
     except ImportError as exc:  # this commit lacks it (or the build failed)
         raise NotImplementedError(str(exc))
 

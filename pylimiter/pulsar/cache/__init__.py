@@ -12,18 +12,21 @@ which one is active.
 
 from typing import TYPE_CHECKING
 
-from ..._compat import USE_EXTENSIONS
+from ... import _impls
 from ._common import ENTRY_OVERHEAD_BYTES, SETTINGS, CacheStats, NotInitialisedError
 
-if TYPE_CHECKING or not USE_EXTENSIONS:
+if TYPE_CHECKING:
     from ._cache_py import CacheEntry, EntryCache, EntryCacheManager, RemovalQueue
-
-    IMPLEMENTATION = "python"
 else:
     # No fallback: a missing or broken extension is an error, not a slowdown.
-    from ._cache_c import CacheEntry, EntryCache, EntryCacheManager, RemovalQueue
+    _active = _impls.active_module("cache")
+    CacheEntry = _active.CacheEntry
+    EntryCache = _active.EntryCache
+    EntryCacheManager = _active.EntryCacheManager
+    RemovalQueue = _active.RemovalQueue
+    del _active
 
-    IMPLEMENTATION = "c"
+IMPLEMENTATION = _impls.ACTIVE.tag
 
 from .reader import EntryReader  # noqa: E402  (uses the classes above)
 

@@ -767,15 +767,20 @@ cdef class EntryCacheManager:
     (``RangeEntryCacheManagerImpl``) with one global RemovalQueue.
 
     ``max_size_bytes`` is managedLedgerCacheSizeMB in bytes (0 disables
-    caching; negative is a ValueError).  Size eviction starts when the size
-    exceeds ``floor(max * eviction_trigger)`` and frees down to
-    ``floor(max * eviction_watermark)`` (managedLedgerCacheEvictionWatermark);
-    ``time_threshold_ms`` is managedLedgerCacheEvictionTimeThresholdMillis;
-    the requeue settings are PIP-430's
+    caching; negative is a ValueError).  Every cached entry counts its
+    payload plus ``entry_overhead_bytes`` (default ENTRY_OVERHEAD_BYTES, what
+    an entry costs in memory; 0 counts payloads only, as Pulsar does) against
+    it, so the memory the cache holds is bounded by the setting.  Size
+    eviction starts when the size exceeds ``floor(max * eviction_trigger)``
+    and frees down to ``floor(max * eviction_watermark)``
+    (managedLedgerCacheEvictionWatermark); ``time_threshold_ms`` is
+    managedLedgerCacheEvictionTimeThresholdMillis; the requeue settings are
+    PIP-430's
     managedLedgerCacheEvictionExtendTTLOfEntriesWithRemainingExpectedReadsMaxTimes
     and managedLedgerCacheEvictionExtendTTLOfRecentlyAccessed (inserting
     with ``expected_reads=0`` everywhere is cacheEvictionByExpectedReadCount
-    off).  ``clock`` returns int nanoseconds and stamps every entry.
+    off).  ``clock`` returns int nanoseconds in the int64 range and stamps
+    every entry.
 
     The library has no scheduler: call ``run_eviction()`` every
     managedLedgerCacheEvictionIntervalMs (10 ms in Pulsar).

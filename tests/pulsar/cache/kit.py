@@ -9,7 +9,10 @@ import sys
 
 import pytest
 
-MODULES = {"c": "pylimiter.pulsar.cache._cache_c", "python": "pylimiter.pulsar.cache._cache_py"}
+from pylimiter._impls import TWINS
+
+#: tag -> the cache module of that implementation (from the one list of twins)
+MODULES = dict(zip(("c", "python"), TWINS["cache"]))
 MS = 1_000_000
 
 #: A Py_DEBUG interpreter (python3.11-dbg): every allocation and refcount is
