@@ -13,7 +13,10 @@ from pathlib import Path
 
 import pytest
 
-PACKAGE = Path(__file__).resolve().parent.parent / "pylimiter"
+import pylimiter
+
+# The package under test, a checkout or an installed wheel: its Python files.
+PACKAGE = Path(pylimiter.__file__).resolve().parent
 PROBE = ("import pylimiter, pylimiter.pulsar.cache as c; "
          "print(pylimiter.IMPLEMENTATION, c.IMPLEMENTATION)")
 

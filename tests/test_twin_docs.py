@@ -57,6 +57,8 @@ def test_shared_docstrings_are_identical(twin):
 
 
 def test_every_extension_setup_builds_is_a_listed_twin():
+    if not (ROOT / "setup.py").exists():
+        pytest.skip("setup.py is not next to the tests (an installed wheel's run)")
     tree = ast.parse((ROOT / "setup.py").read_text())
     built = {node.args[0].value for node in ast.walk(tree)
              if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "Extension"}
