@@ -77,7 +77,8 @@ def build_parser() -> argparse.ArgumentParser:
     ap = make_parser(PROG, "Run pylimiter's benchmark grid on Spark: every scenario's trials "
                            "(pylimiter and its\nstdlib anchor side by side in one executor "
                            "process) spread over executors,\naggregated with Spark SQL, "
-                           "summarised in the terminal and in an HTML report.")
+                           "summarised in the terminal and in an HTML report.",
+                     usage="%(prog)s [options]")
     ap.add_argument("--scenarios", type=name_list(list(SCENARIOS)),
                     default=[s for s in SCENARIOS if s != "scaling"],
                     help="comma-separated; scaling runs per --scaling")

@@ -78,9 +78,11 @@ def _weights(text: str) -> LoadWeights:
 def build_parser() -> argparse.ArgumentParser:
     ap = make_parser(PROG, "Pulsar bundle load balancing: replay a cluster's topic load "
                            "through the load manager and compare strategies.")
-    sub = subparsers(ap, dest="command", required=True, metavar="COMMAND")
+    sub = subparsers(ap, dest="command", required=True, metavar="COMMAND",
+                     help="run `COMMAND --help` for its options")
     p = sub.add_parser(
-        "simulate", help="run the load manager over generated or recorded topic load",
+        "simulate", usage="%(prog)s [options]",
+        help="run the load manager over generated or recorded topic load",
         description="Replay topic load (generated, or --input) step by step through Pulsar's "
                     "bundle splitting, LeastLongTermMessageRate vs uniform random placement and "
                     "ThresholdShedder on/off, side by side; write tables and an HTML report.")

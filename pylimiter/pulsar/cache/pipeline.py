@@ -54,9 +54,10 @@ SCAN_FIELDS = [("topics", "int"), ("policy", "string"), ("ns_per_pass", "double"
 def build_parser() -> argparse.ArgumentParser:
     """The command line: one sub-command, ``simulate``."""
     ap = make_parser(PROG, "The Pulsar broker entry cache (PIP-430) and its policy simulator.")
-    sub = subparsers(ap, dest="command", required=True, metavar="COMMAND")
+    sub = subparsers(ap, dest="command", required=True, metavar="COMMAND",
+                     help="run `COMMAND --help` for its options")
     sp = sub.add_parser(
-        "simulate",
+        "simulate", usage="%(prog)s [options]",
         help="compare eviction policies on generated traces (PySpark)",
         description="Replay generated traces (workload x policy x cache size x seed) on "
                     "Spark and write hit rates, storage reads and eviction cost to "

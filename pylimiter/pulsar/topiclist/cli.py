@@ -57,9 +57,10 @@ def build_parser():
     """The argument parser: broker, proxy and load sub-commands."""
     ap = make_parser(PROG, "PIP-442 topic-list broker, proxy and load generator on "
                            "pylimiter's dual memory limiter (extra: topiclist).")
-    sub = subparsers(ap, dest="command", required=True)
-    b = sub.add_parser("broker", help="serve topic lists (default: one namespace, generated "
-                                      "topics)")
+    sub = subparsers(ap, dest="command", required=True, metavar="COMMAND",
+                     help="run `COMMAND --help` for its options")
+    b = sub.add_parser("broker", usage="%(prog)s [options]",
+                       help="serve topic lists (default: one namespace, generated topics)")
     b.add_argument("--namespace", default="public/default", help="namespace of the generated "
                                                                  "topics")
     b.add_argument("--topics", type=non_negative_int, default=1000,
@@ -67,10 +68,12 @@ def build_parser():
     b.add_argument("--topics-file", type=Path,
                    help="one full topic name per line, instead of generated topics")
     _limit_args(b)
-    p = sub.add_parser("proxy", help="forward topic lists from a broker, with limits")
+    p = sub.add_parser("proxy", usage="%(prog)s --broker URL [options]",
+                       help="forward topic lists from a broker, with limits")
     p.add_argument("--broker", required=True, help="pulsar://host:port of the broker")
     _limit_args(p)
-    ld = sub.add_parser("load", help="N connections listing a namespace for a duration")
+    ld = sub.add_parser("load", usage="%(prog)s --url URL [options]",
+                        help="N connections listing a namespace for a duration")
     ld.add_argument("--url", required=True, help="pulsar://host:port (broker or proxy)")
     ld.add_argument("--admin", help="http://host:port of its admin API, for peak RSS/permits")
     ld.add_argument("--namespace", default="public/default", help="namespace to list")
