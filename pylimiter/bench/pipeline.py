@@ -33,7 +33,7 @@ from .._cli import (
     run,  # re-exported: __main__.py is `run(main, PROG)` and nothing else
 )
 from ..spark.progress import JobProgress
-from ..spark.report import command_line
+from ..spark.report import command_line, plural
 from ..spark.rows import failure_row, schema, typed_row
 from ..spark.session import add_run_flags, preflight, spark_session, write_table
 from .report import RunResult, print_summary, write_report
@@ -278,8 +278,9 @@ def main(argv=None, *, spark=None) -> int:
     out = args.out
     progress = not args.no_progress
     scen = sorted({t["scenario"] for t in trials})
-    print(f"{PROG}: {len(trials)} trials ({len(scen)} scenarios x {len(args.impls)} "
-          f"implementations x {args.repeats} repeats), ~{fmt_seconds(args.budget)} per side; "
+    print(f"{PROG}: {plural(len(trials), 'trial')} ({plural(len(scen), 'scenario')} x "
+          f"{plural(len(args.impls), 'implementation')} x {plural(args.repeats, 'repeat')}), "
+          f"~{fmt_seconds(args.budget)} per side; "
           + (f"starting Spark ({args.master})..." if spark is None else "on the given session"),
           flush=True)
     with spark_session(args.master, app_name="pylimiter-bench", spark=spark,
@@ -296,9 +297,9 @@ def main(argv=None, *, spark=None) -> int:
     bad = []
     if res.summary is not None:
         if int(res.summary["leaked_permits"].sum()):
-            bad.append(f"{int(res.summary['leaked_permits'].sum())} permits leaked")
+            bad.append(f"{plural(int(res.summary['leaked_permits'].sum()), 'permit')} leaked")
         if int(res.summary["failed_trials"].sum()):
-            bad.append(f"{int(res.summary['failed_trials'].sum())} trials failed")
+            bad.append(f"{plural(int(res.summary['failed_trials'].sum()), 'trial')} failed")
     if not args.no_report:
         index = write_report(out, res, spark_version=spark_version,
                              command=command_line(PROG, argv))

@@ -27,7 +27,7 @@ from ..._cli import (
     subparsers,
 )
 from ...spark.progress import JobProgress
-from ...spark.report import command_line
+from ...spark.report import command_line, plural
 from ...spark.rows import field_names, schema, typed_row
 from ...spark.session import add_run_flags, preflight, spark_session, write_table
 from .lifecycle import POLICIES
@@ -120,7 +120,7 @@ def main(argv: Sequence[str] | None = None, *, spark=None) -> int:
     args = build_parser().parse_args(argv)
     preflight(args.master, spark, ["pyspark", "pandas", "matplotlib"])
     points = points_of(args)
-    print(f"{PROG} simulate: {len(points)} points x 4 subscriptions "
+    print(f"{PROG} simulate: {plural(len(points), 'point')} x 4 subscriptions "
           f"({args.publish_min} min of {args.rate} msg/min each) on {args.master}", flush=True)
     t0 = time.perf_counter()
     with spark_session(args.master, app_name="pylimiter-cursor", spark=spark,
