@@ -201,16 +201,20 @@ def html_table(rows, columns: Optional[Sequence] = None, floats: str = "{:.2f}",
     formats = dict(formats or {})
     fmts = [formats[c] if c in formats else _column_format([r[k] for r in body], floats)
             for k, c in enumerate(columns)]
+    # a column is text (left) when any of its cells is: a settings column
+    # of "4 bundles" and "0.9" lines up on one side
+    text = [any(_is_text(r[k]) for r in body) for k in range(len(columns))]
     out = []
     for r in body:
         cells = []
-        for v, fmt in zip(r, fmts):
-            klass = " class='l'" if _is_text(v) else ""
+        for v, fmt, left in zip(r, fmts, text):
+            klass = " class='l'" if left else ""
             cells.append(f"<td{klass}>{html.escape(_cell(v, fmt))}</td>")
         out.append("<tr>" + "".join(cells) + "</tr>")
     cap = f"<caption>{html.escape(caption)}</caption>" if caption else ""
     shown = [(headers or {}).get(c, c) for c in columns]
-    return (f"<div class='scroll'><table>{cap}<thead>{_header(shown, body[0])}</thead>"
+    first = ["text" if t else 0 for t in text]     # aligns each header with its column
+    return (f"<div class='scroll'><table>{cap}<thead>{_header(shown, first)}</thead>"
             f"<tbody>{''.join(out)}</tbody></table></div>")
 
 

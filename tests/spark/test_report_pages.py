@@ -113,14 +113,17 @@ def test_short_page_has_no_contents_and_numpy_bools_read_yes_or_no(tmp_path):
 
 
 def test_one_format_per_column_and_numbers_right_aligned():
-    t = kit.html_table([("a", 0.5, 12.0, 3, "1.50x [1.2-1.7]"),
-                        ("b", 123.456, 7.25, 1234, "words")],
-                       ["name", "mixed", "small", "n", "ratio"], formats={"small": "{:.3f}"})
+    t = kit.html_table([("a", 0.5, 12.0, 3, "1.50x [1.2-1.7]", "4 bundles"),
+                        ("b", 123.456, 7.25, 1234, "-0.72 [-0.8--0.6]", "0.9")],
+                       ["name", "mixed", "small", "n", "ratio", "value"],
+                       formats={"small": "{:.3f}"})
     cells = re.findall(r"<td( class='l')?>(.*?)</td>", t)
-    assert [c for _, c in cells] == ["a", "0", "12.000", "3", "1.50x [1.2-1.7]",
-                                     "b", "123", "7.250", "1,234", "words"]
+    assert [c for _, c in cells] == ["a", "0", "12.000", "3", "1.50x [1.2-1.7]", "4 bundles",
+                                     "b", "123", "7.250", "1,234", "-0.72 [-0.8--0.6]", "0.9"]
+    # numbers written as text stay right; a column with words is left, all of it
     left = [c for k, c in cells if k]
-    assert left == ["a", "b", "words"]       # a number written as text stays right
+    assert left == ["a", "4 bundles", "b", "0.9"]
+    assert "<th class='l'>value</th>" in t and "<th>ratio</th>" in t
 
 
 def test_grouped_headers_and_header_words():

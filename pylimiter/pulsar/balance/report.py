@@ -211,14 +211,15 @@ def _bundles_figure(steps, bundle_loads, bundles, settings, out: Path) -> Path:
     b.set_xlabel("topics in the namespace (last step)")
     b.set_ylabel("bundles of the namespace (end)")
     b.set_title(f"bundles per namespace ({len(count)} namespaces)")
-    b.legend(fontsize=9)
+    b.legend(fontsize=9, loc="lower left", bbox_to_anchor=(0, 1.08), ncols=2, frameon=False,
+             borderaxespad=0)
     b.grid(alpha=0.3)
     return save_figure(fig, out / "bundles.png")
 
 
 def _activity_figure(steps, out: Path) -> Path:
     plt = pyplot()
-    fig, (a, b) = plt.subplots(1, 2, figsize=(FULL_WIDTH_IN, 3.8))
+    fig, (a, b) = plt.subplots(1, 2, figsize=(FULL_WIDTH_IN, 4.2), layout="constrained")
     shedding = [sp for sp in STRATEGIES if sp.shedding]   # the others never unload
     width = 0.8 / len(shedding)
     for i, sp in enumerate(shedding):
@@ -234,7 +235,8 @@ def _activity_figure(steps, out: Path) -> Path:
     for ax in (a, b):
         ax.set_xlabel("step")
         ax.grid(alpha=0.3, axis="y")
-    a.legend(fontsize=9)
+    handles, labels = a.get_legend_handles_labels()
+    fig.legend(handles, labels, loc="outside upper center", ncols=2, fontsize=9, frameon=False)
     return save_figure(fig, out / "unloads.png")
 
 
