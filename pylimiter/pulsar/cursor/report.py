@@ -54,8 +54,8 @@ def _frame(res: RunResult, name: str):
 
 def _tick(r) -> str:
     """A point's parameters on five short lines, for a bar's tick."""
-    return (f"#{r.point}\nTTL {r.ttl_min:g} min\nret. {r.retention_min:g} min\n"
-            f"{r.ack_fail:.1%} acks lost\n{r.rollover_entries:,}/ledger")
+    return (f"#{r.point}\nTTL {r.ttl_min:g}\nret. {r.retention_min:g}\n"
+            f"lost {r.ack_fail:.1%}\n{r.rollover_entries:,}/ledger")
 
 
 def _label(r) -> str:
@@ -162,7 +162,8 @@ def write_report(out: Path, res: RunResult, *, spark_version: Optional[str],
         ax.legend(loc="lower left", bbox_to_anchor=(0, 1.0), ncols=2, frameon=False)
         ax.grid(axis="y", alpha=0.3)
         save_figure(fig, out / "delayed_lost.png")
-        page.figure("delayed_lost.png", "Bars: share of the delayed messages; labels: how many. "
+        page.figure("delayed_lost.png", "Bars: share of the delayed messages; labels: how many. Ticks: the point, its TTL "
+                    "and retention (minutes), the share of acks lost, entries per ledger. "
                     "Delays are uniform up to 2 x TTL, so under Pulsar's rule about half of them "
                     "expire first; under ours none can (compensator off).",
                     title="Delayed messages expired before their delivery time")
@@ -227,7 +228,7 @@ def write_report(out: Path, res: RunResult, *, spark_version: Optional[str],
         ax.grid(axis="y", alpha=0.3)
         save_figure(fig, out / "lifetime.png")
         page.figure("lifetime.png", "Pulsar's TTL rule, no compensator: publish to ledger "
-                    "deletion, all messages of a point.",
+                    "deletion, all messages of a point. Ticks as above.",
                     title="Message lifetime: measured against the two rules")
 
     onoff = {True: "on", False: "off"}
