@@ -29,6 +29,7 @@ from pylimiter._cli import (
     run,  # re-exported: __main__.py is `run(main, PROG)` and nothing else
     subparsers,
 )
+from pylimiter.spark.report import plural
 
 __all__ = ["NEEDS", "PROG", "build_parser", "describe_load", "main", "run"]
 
@@ -113,8 +114,8 @@ async def _serve(service):
               f"(metrics {service.admin_url}/metrics)", flush=True)
         print(f"limits: {service.limiter.config.describe()}", flush=True)
         await stop.wait()
-        print(f"{service.role}: stopping ({len(service.connections)} connections, "
-              f"{service.stats()['in_flight']} requests in flight)", flush=True)
+        print(f"{service.role}: stopping ({plural(len(service.connections), 'connection')}, "
+              f"{plural(service.stats()['in_flight'], 'request')} in flight)", flush=True)
     finally:
         await service.stop()
 
@@ -140,7 +141,7 @@ def _broker(args):
     store.add_many(names)
     svc = Broker(_config(args), store=store, host=args.host, port=args.port,
                  admin_port=args.admin_port, cluster=args.cluster)
-    print("namespaces: " + ", ".join(f"{ns} ({len(t)} topics)"
+    print("namespaces: " + ", ".join(f"{ns} ({len(t)} topic{'' if len(t) == 1 else 's'})"
                                       for ns, t in store.namespaces.items()), flush=True)
     return svc
 
@@ -163,7 +164,7 @@ def _load(args) -> int:
         parse_url(args.url)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
-    print(f"load: {args.connections} connections on {args.url} for "
+    print(f"load: {plural(args.connections, 'connection')} on {args.url} for "
           f"{fmt_seconds(args.duration)}", file=sys.stderr, flush=True)
     res = asyncio.run(run_load(args.url, args.namespace, args.connections, args.duration,
                                admin_url=args.admin, max_requests=args.max_requests,
