@@ -92,3 +92,22 @@ def test_help_still_lists_every_option(capsys):
     text = " ".join(capsys.readouterr().out.split())
     assert "--quota-policy {producer_request_hold," in text
     assert "random seed of each point's traffic" in text and "(default: 1)" in text
+
+
+@pytest.mark.parametrize("name, argv", [
+    ("pylimiter.bench.pipeline", ["--bogus"]),
+    ("pylimiter.pulsar.balance.pipeline", ["simulate", "--bogus"]),
+    ("pylimiter.pulsar.cache.pipeline", ["simulate", "--bogus"]),
+    ("pylimiter.pulsar.cursor.pipeline", ["simulate", "--bogus"]),
+    ("pylimiter.pulsar.topiclist.cli", ["broker", "--bogus"]),
+])
+def test_unknown_flag_is_one_usage_line_and_the_error(name, argv, capsys):
+    # argparse reports a sub-command's unknown flags from the top parser,
+    # so its (one-line) usage is the one shown
+    mod = _module(name)
+    with pytest.raises(SystemExit) as exc:
+        mod.main(argv)
+    assert exc.value.code == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 2 and lines[0].startswith(f"usage: {mod.PROG} "), lines
+    assert lines[1] == f"{mod.PROG}: error: unrecognized arguments: --bogus"
