@@ -33,7 +33,7 @@ from .._cli import (
     run,  # re-exported: __main__.py is `run(main, PROG)` and nothing else
 )
 from ..spark.progress import JobProgress
-from ..spark.report import command_line
+from ..spark.report import command_line, plural
 from ..spark.rows import failure_row, schema, typed_row
 from ..spark.session import add_run_flags, preflight, spark_session, write_table
 from .report import RunResult, print_summary, write_report
@@ -77,7 +77,8 @@ def build_parser() -> argparse.ArgumentParser:
     ap = make_parser(PROG, "Run pylimiter's benchmark grid on Spark: every scenario's trials "
                            "(pylimiter and its\nstdlib anchor side by side in one executor "
                            "process) spread over executors,\naggregated with Spark SQL, "
-                           "summarised in the terminal and in an HTML report.")
+                           "summarised in the terminal and in an HTML report.",
+                     usage="%(prog)s [options]")
     ap.add_argument("--scenarios", type=name_list(list(SCENARIOS)),
                     default=[s for s in SCENARIOS if s != "scaling"],
                     help="comma-separated; scaling runs per --scaling")
@@ -277,8 +278,9 @@ def main(argv=None, *, spark=None) -> int:
     out = args.out
     progress = not args.no_progress
     scen = sorted({t["scenario"] for t in trials})
-    print(f"{PROG}: {len(trials)} trials ({len(scen)} scenarios x {len(args.impls)} "
-          f"implementations x {args.repeats} repeats), ~{fmt_seconds(args.budget)} per side; "
+    print(f"{PROG}: {plural(len(trials), 'trial')} ({plural(len(scen), 'scenario')} x "
+          f"{plural(len(args.impls), 'implementation')} x {plural(args.repeats, 'repeat')}), "
+          f"~{fmt_seconds(args.budget)} per side; "
           + (f"starting Spark ({args.master})..." if spark is None else "on the given session"),
           flush=True)
     with spark_session(args.master, app_name="pylimiter-bench", spark=spark,
@@ -295,9 +297,9 @@ def main(argv=None, *, spark=None) -> int:
     bad = []
     if res.summary is not None:
         if int(res.summary["leaked_permits"].sum()):
-            bad.append(f"{int(res.summary['leaked_permits'].sum())} permits leaked")
+            bad.append(f"{plural(int(res.summary['leaked_permits'].sum()), 'permit')} leaked")
         if int(res.summary["failed_trials"].sum()):
-            bad.append(f"{int(res.summary['failed_trials'].sum())} trials failed")
+            bad.append(f"{plural(int(res.summary['failed_trials'].sum()), 'trial')} failed")
     if not args.no_report:
         index = write_report(out, res, spark_version=spark_version,
                              command=command_line(PROG, argv))

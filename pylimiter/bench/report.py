@@ -1,8 +1,11 @@
 """The benchmark grid's plots and page, on the shared report kit.
 
-Speed-ups and costs are ratios, so they are drawn on log axes (2x faster and
-2x slower are the same distance from the anchor), with one anchor line per
-panel.  The verdict paragraph is computed from the summary table.
+Speed-ups are ratios, so they are drawn on a log axis (2x faster and 2x
+slower are the same distance from the anchor), with one anchor line per
+panel.  Cost ratios can be negative (cheaper than no limiter at all: the
+timeouts scenario), so they get a linear axis with zero marked.  Axis
+numbers are plain (2, 300k, 1.2M), never an offset or 10^n.  The verdict
+table is computed from the summary table.
 """
 
 from __future__ import annotations
@@ -15,7 +18,9 @@ from typing import Any, Optional
 from ..spark.report import (
     FULL_WIDTH_IN,
     ReportPage,
+    Verdict,
     environment,
+    plural,
     pyplot as _plt,
     save_figure,
 )
@@ -51,12 +56,29 @@ def _num(v, fmt="{:.0f}") -> str:
     return fmt.format(v) if _ok(v) else ""
 
 
-def _plain_ticks(axis) -> None:
-    """Log-axis ticks as plain numbers (0.5, 2, 4), not 5x10^-1."""
-    from matplotlib.ticker import FuncFormatter, NullFormatter
+def _si(v: float) -> str:
+    """300000 -> '300k', 1.2e6 -> '1.2M' (tick labels)."""
+    for scale, suffix in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if abs(v) >= scale:
+            return f"{v / scale:g}{suffix}"
+    return f"{v:g}"
 
-    axis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+
+def _plain_ticks(axis, base: Optional[float] = None, si: bool = False) -> None:
+    """Log-axis ticks as plain numbers (0.5, 2, 4 or 300k), not 5x10^-1;
+    ``base``: a tick at every power of it (2: 0.25, 0.5, 1, 2, 4...)."""
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+
+    if base:
+        axis.set_major_locator(LogLocator(base=base))
+    axis.set_major_formatter(FuncFormatter(lambda v, _: _si(v) if si else f"{v:g}"))
     axis.set_minor_formatter(NullFormatter())
+
+
+def _legend_above(ax, ncols: int = 3) -> None:
+    """The panel's legend above it, where it cannot hide a bar or a line."""
+    ax.legend(fontsize=9, loc="lower left", bbox_to_anchor=(0, 1.01), ncols=ncols,
+              frameon=False, borderaxespad=0)
 
 
 def _label(r) -> str:
@@ -65,9 +87,10 @@ def _label(r) -> str:
     return f"{name}\nN={r.concurrency} K={r.permits}"
 
 
-def _ratio_panel(ax, d, value, lo, hi, anchor_label, ylabel, title):
-    """Grouped bars (C, pure Python) per configuration on a log axis, IQR
-    whiskers, and the anchor at 1."""
+def _ratio_panel(ax, d, value, lo, hi, anchor_label, ylabel, title, log=True):
+    """Grouped bars (C, pure Python) per configuration, IQR whiskers, and
+    the anchor at 1; on a log axis, or (``log=False``, for ratios that can
+    be zero or negative) a linear one with zero marked."""
     configs = list(dict.fromkeys(_label(r) for r in d.itertuples()))
     width = 0.38
     for i, impl in enumerate(("c", "python")):
@@ -75,7 +98,7 @@ def _ratio_panel(ax, d, value, lo, hi, anchor_label, ylabel, title):
         xs, ys, err = [], [], [[], []]
         for r in g.itertuples():
             v = getattr(r, value)
-            if not _ok(v) or v <= 0:
+            if not _ok(v) or (log and v <= 0):
                 continue
             xs.append(configs.index(_label(r)) + (i - 0.5) * width)
             ys.append(v)
@@ -86,17 +109,22 @@ def _ratio_panel(ax, d, value, lo, hi, anchor_label, ylabel, title):
             ax.bar(xs, ys, width, color=IMPL_COLORS[impl], label=IMPL_LABELS[impl],
                    yerr=err, capsize=3, error_kw={"lw": 1})
             for x, y in zip(xs, ys):
-                ax.annotate(f"{y:.2f}", (x, y), textcoords="offset points", xytext=(0, 3),
-                            ha="center", fontsize=8)
+                ax.annotate(f"{y:.2f}", (x, y), textcoords="offset points",
+                            xytext=(0, 3 if y >= 0 else -11), ha="center", fontsize=8)
     ax.axhline(1.0, color=IMPL_COLORS["anchor"], lw=1.2, ls="--", label=anchor_label)
-    ax.set_yscale("log")
-    _plain_ticks(ax.yaxis)
+    if log:
+        ax.set_yscale("log")
+        _plain_ticks(ax.yaxis, base=2)
+    else:
+        ax.axhline(0.0, color="black", lw=0.8)
+        lo_, hi_ = ax.get_ylim()
+        ax.set_ylim(min(lo_, -0.1) * 1.1, hi_ * 1.05)
     ax.set_xticks(range(len(configs)))
     ax.set_xticklabels(configs, fontsize=9)
     ax.set_ylabel(ylabel)
-    ax.set_title(title, fontsize=11)
+    ax.set_title(title, fontsize=11, pad=34)
     ax.grid(alpha=0.3, axis="y", which="both")
-    ax.legend(fontsize=9, loc="best")
+    _legend_above(ax, ncols=2)
 
 
 def plot_speedup(summary, path: Path) -> bool:
@@ -117,8 +145,9 @@ def plot_speedup(summary, path: Path) -> bool:
                  "speed-up over the stdlib anchor, same trial (median over trials, IQR)")
     if panels == 2:
         _ratio_panel(axes[0][1], cost, "median_cost_ratio", "q1_cost_ratio", "q3_cost_ratio",
-                     "anchor's cost (1)", "cost over no limiter / anchor's (log; <1: cheaper)",
-                     "cost of limiting, relative to the anchor's")
+                     "anchor's cost (1)", "cost over no limiter / anchor's\n(<1: cheaper; "
+                     "<0: cheaper than no limiter)", "cost of limiting, relative to the anchor's",
+                     log=False)
     return bool(save_figure(fig, path))
 
 
@@ -143,12 +172,16 @@ def plot_throughput(summary, path: Path) -> bool:
         ax.set_yscale("log")
         ax.set_xticks(sorted(set(d.concurrency)))
         _plain_ticks(ax.xaxis)
+        _plain_ticks(ax.yaxis, si=True)
+        # log ticks of one decade are too few: label the minor ones too
+        from matplotlib.ticker import FuncFormatter
+        ax.yaxis.set_minor_formatter(FuncFormatter(lambda v, _: _si(v)))
         ax.set_xlabel(f"N: {'tasks' if s == 'tasks' else 'threads'} at once (log)")
         ax.set_ylabel("acquire/release cycles per second (log)")
         ax.set_title(f"{s}: throughput against concurrency (K={int(d.permits.iloc[0])})",
-                     fontsize=11)
+                     fontsize=11, pad=22)
         ax.grid(alpha=0.3, which="both")
-        ax.legend(fontsize=9)
+        _legend_above(ax)
     return bool(save_figure(fig, path))
 
 
@@ -175,8 +208,10 @@ def plot_latency(results, path: Path) -> bool:
     ax.set_xticks(list(pos))
     ax.set_xticklabels(labels, fontsize=8, rotation=35, ha="right")
     ax.set_ylabel("wait from acquire call to grant, µs (log)")
-    ax.legend([b1["boxes"][0], b2["boxes"][0]], ["p50", "p99"], fontsize=9)
+    ax.legend([b1["boxes"][0], b2["boxes"][0]], ["p50", "p99"], fontsize=9, loc="upper left",
+              bbox_to_anchor=(1.005, 1.0), frameon=False)
     ax.set_title("wait-latency distribution over trials (boxes: trials)", fontsize=11)
+    _plain_ticks(ax.yaxis)
     ax.grid(alpha=0.3, axis="y")
     return bool(save_figure(fig, path))
 
@@ -191,21 +226,23 @@ def plot_scaling(scaling, scaling_trials, path: Path) -> bool:
     fig, axes = plt.subplots(1, len(impls), figsize=(FULL_WIDTH_IN, 4.2), squeeze=False)
     for ax, impl in zip(axes[0], impls):
         g = scaling[scaling.impl == impl].sort_values("executors")
-        ax.plot(g.executors, g.median_ops_per_s_per_executor, "o-",
+        ax.plot(g.executors, g.median_ops_per_s_per_executor / 1e6, "o-",
                 color=IMPL_COLORS.get(impl), label=f"{IMPL_LABELS.get(impl, impl)} (median)")
         if scaling_trials is not None:
             t = scaling_trials[scaling_trials.impl == impl]
-            ax.scatter(t.concurrency, t.ops_per_s, color=IMPL_COLORS.get(impl), alpha=0.3, s=14,
-                       label="trials")
-        ax.axhline(g.median_ops_per_s_per_executor.iloc[0], color=IMPL_COLORS["anchor"],
+            ax.scatter(t.concurrency, t.ops_per_s / 1e6, color=IMPL_COLORS.get(impl), alpha=0.3,
+                       s=14, label="trials")
+        ax.axhline(g.median_ops_per_s_per_executor.iloc[0] / 1e6, color=IMPL_COLORS["anchor"],
                    ls="--", lw=1.2, label="one executor's rate (ideal: flat)")
         ax.set_xlabel("executors running at once, each with its own limiter")
-        ax.set_ylabel("ops/s per executor")
-        ax.set_ylim(bottom=0)
+        ax.set_ylabel("million ops/s per executor")
+        top = max(g.median_ops_per_s_per_executor.max(),
+                  t.ops_per_s.max() if scaling_trials is not None and len(t) else 0) / 1e6
+        ax.set_ylim(0, top * 1.15 or 1)
         ax.set_xticks(sorted(set(scaling.executors)))
-        ax.set_title(f"per-core scaling: {IMPL_LABELS.get(impl, impl)}", fontsize=11)
+        ax.set_title(f"per-core scaling: {IMPL_LABELS.get(impl, impl)}", fontsize=11, pad=22)
         ax.grid(alpha=0.3, which="both")
-        ax.legend(fontsize=9)
+        _legend_above(ax)
     return bool(save_figure(fig, path))
 
 
@@ -216,58 +253,70 @@ def _row(summary, scenario: str, impl: str, n: Optional[int] = None):
     return None if d.empty else d.sort_values("concurrency").iloc[-1]
 
 
-def verdict(summary, scaling) -> str:
-    """One paragraph from the numbers: the uncontended speed-ups, the
-    contended cost, the pure twin's price, scaling and cleanliness."""
-    if summary is None or summary.empty:
-        parts = []
-    else:
-        parts = []
+def verdict(summary, scaling) -> list[Verdict]:
+    """The verdict rows, from the summary and scaling tables: the
+    uncontended speed-ups, the contended costs, the pure twin's price,
+    scaling and cleanliness."""
+    rows = []
+    if summary is not None and not summary.empty:
         for scen, anchor in (("uncontended-async", "asyncio.Semaphore"),
                              ("uncontended-threads", "threading.Semaphore")):
             r = _row(summary, scen, "c")
             if r is not None and _ok(r.median_speedup):
                 word = "faster" if r.median_speedup >= 1 else "slower"
                 factor = r.median_speedup if r.median_speedup >= 1 else 1 / r.median_speedup
-                parts.append(f"uncontended, the C implementation is {factor:.1f}x {word} than "
-                             f"{anchor} (IQR {r.q1_speedup:.2f}-{r.q3_speedup:.2f}x)")
+                rows.append(Verdict(
+                    f"Uncontended, the C limiter is faster than {anchor}",
+                    f"{factor:.1f}x {word} than {anchor} (IQR {r.q1_speedup:.2f}-"
+                    f"{r.q3_speedup:.2f}x)", bool(r.median_speedup >= 1)))
         r = _row(summary, "tasks", "c")
         if r is not None and _ok(r.median_cost_ratio):
-            rel = "less than" if r.median_cost_ratio < 1 else "more than"
-            parts.append(f"with {r.concurrency} tasks on {r.permits} permits its cost over a "
-                         f"run without a limiter is {r.median_cost_ratio:.2f} of "
-                         f"asyncio.Semaphore's ({rel} the anchor's)")
+            rows.append(Verdict(
+                f"With {plural(int(r.concurrency), 'task')} on "
+                f"{plural(int(r.permits), 'permit')}, limiting costs less than with "
+                f"asyncio.Semaphore",
+                f"cost over a run without a limiter: {r.median_cost_ratio:.2f} of "
+                f"asyncio.Semaphore's", bool(r.median_cost_ratio < 1)))
         r = _row(summary, "timeouts", "c")
         if r is not None and _ok(r.median_cost_ratio):
-            parts.append(f"{r.concurrency} waiters timing out cost {r.median_cost_ratio:.2f} of "
-                         f"what asyncio.timeout costs over plain parking")
+            below = (" (below zero: cheaper than parking without a timeout)"
+                     if r.median_cost_ratio < 0 else "")
+            rows.append(Verdict(
+                f"{plural(int(r.concurrency), 'waiter')} timing out cost less than with "
+                f"asyncio.timeout",
+                f"{r.median_cost_ratio:.2f} of what asyncio.timeout costs over plain "
+                f"parking{below}", bool(r.median_cost_ratio < 1)))
         r = _row(summary, "cancel", "c")
         if r is not None and _ok(r.median_speedup):
-            parts.append(f"cancelling {r.concurrency} parked waiters newest-first is "
-                         f"{r.median_speedup:.1f}x cheaper than with asyncio.Semaphore")
+            rows.append(Verdict(
+                f"Cancelling {plural(int(r.concurrency), 'parked waiter')} (newest first) is "
+                f"cheaper than with asyncio.Semaphore",
+                f"{r.median_speedup:.1f}x cheaper", bool(r.median_speedup > 1)))
         py = summary[(summary.impl == "python") & summary.median_speedup.notna()]
         if not py.empty:
-            parts.append(f"the pure-Python twin runs at {py.median_speedup.min():.2f}-"
-                         f"{py.median_speedup.max():.2f}x the anchors' speed")
-    text = "; ".join(parts)
-    text = (text[0].upper() + text[1:] + ".") if text else "No grid trials were run."
+            rows.append(Verdict(
+                "The pure-Python twin's speed against the stdlib anchors",
+                f"{py.median_speedup.min():.2f}-{py.median_speedup.max():.2f}x the anchors' "
+                f"speed over the scenarios", "fact"))
     if scaling is not None and not scaling.empty:
-        for impl, g in scaling.groupby("impl"):
-            g = g.sort_values("executors")
+        g = scaling[scaling.impl == "c"].sort_values("executors")
+        if len(g) > 1:
             first, last = g.iloc[0], g.iloc[-1]
-            if len(g) > 1 and impl == "c":
-                change = last.median_ops_per_s_per_executor / first.median_ops_per_s_per_executor
-                shape = "stays flat" if 0.8 <= change <= 1.25 else (
-                    "drops" if change < 1 else "rises")
-                text += (f" Per-executor throughput {shape} from 1 to {int(last.executors)} "
-                         f"executors ({change:.2f}x), so nothing is shared between limiters.")
+            change = last.median_ops_per_s_per_executor / first.median_ops_per_s_per_executor
+            rows.append(Verdict(
+                "Limiters in different executors share nothing: per-executor throughput "
+                "stays flat as executors are added",
+                f"{change:.2f}x from 1 to {plural(int(last.executors), 'executor')} (flat: "
+                f"0.8-1.25x)", bool(0.8 <= change <= 1.25)))
     if summary is not None and not summary.empty:
         leaked, failed = int(summary.leaked_permits.sum()), int(summary.failed_trials.sum())
         errors = int(summary.errors.sum())
-        text += (" No trial leaked a permit, failed or saw an error."
-                 if not (leaked or failed or errors) else
-                 f" Problems: {leaked} permits leaked, {failed} trials failed, {errors} errors.")
-    return text
+        rows.append(Verdict(
+            "No trial leaks a permit, fails or sees an error",
+            f"{plural(leaked, 'permit')} leaked, {plural(failed, 'trial')} failed, "
+            f"{plural(errors, 'error')} in {plural(int(summary.trials.sum()), 'trial')}",
+            not (leaked or failed or errors)))
+    return rows
 
 
 ANCHOR_SHORT = {"asyncio.Semaphore": "asyncio", "threading.Semaphore": "threading",
@@ -334,11 +383,16 @@ def summary_rows(summary) -> list[tuple]:
         return f"{m:.2f}{unit} [{q1:.2f}-{q3:.2f}]" if _ok(m) else ""
 
     return [(r.scenario, r.impl, int(r.concurrency), int(r.permits), int(r.trials),
-             _num(r.median_ns, "{:,.0f}"), r.anchor or "", _num(r.anchor_median_ns, "{:,.0f}"),
+             r.median_ns, r.anchor or "", r.anchor_median_ns,
              ratio(r.median_speedup, r.q1_speedup, r.q3_speedup, "x"),
              ratio(r.median_cost_ratio, r.q1_cost_ratio, r.q3_cost_ratio),
-             _num(r.wait_p50_us, "{:.1f}"), _num(r.wait_p99_us, "{:.1f}"), int(r.errors),
+             r.wait_p50_us, r.wait_p99_us, int(r.errors),
              int(r.leaked_permits)) for r in summary.itertuples()]
+
+
+#: Fixed decimals per column of the page's summary table.
+SUMMARY_FORMATS = {"ns/op": "{:,.0f}", "anchor ns/op": "{:,.0f}", "wait p50 µs": "{:,.1f}",
+                   "wait p99 µs": "{:,.1f}"}
 
 
 def write_report(out: Path, res: RunResult, *, spark_version: Optional[str],
@@ -351,8 +405,9 @@ def write_report(out: Path, res: RunResult, *, spark_version: Optional[str],
     if summary is not None:
         if plot_speedup(summary, out / "speedup.png"):
             figs.append(("Speed-up and cost against the stdlib anchors", "speedup.png",
-                         "Bars: median over trials of each trial's ratio; whiskers: IQR. "
-                         "Log axes: the dashed line is the anchor."))
+                         "Bars: median over trials of each trial's ratio; whiskers: IQR; "
+                         "dashed: the anchor. Speed-ups on a log axis; costs on a linear one, "
+                         "where below 0 means cheaper than running without a limiter."))
         if plot_throughput(summary, out / "throughput.png"):
             figs.append(("Throughput against concurrency", "throughput.png",
                          "Dashed: the anchor, median over all trials at that N."))
@@ -366,7 +421,8 @@ def write_report(out: Path, res: RunResult, *, spark_version: Optional[str],
         "pylimiter benchmark grid",
         subtitle=f"master={res.master}  trials={res.trials}  elapsed={res.elapsed_s:.0f} s",
         command=command, env=environment(spark_version))
-    page.verdict(verdict(summary, scaling))
+    page.verdicts(verdict(summary, scaling) or [Verdict("The grid ran", "no grid trials "
+                                                        "were run", None)])
     page.paragraph("Each trial runs pylimiter, its stdlib anchor and (tasks, timeouts) the "
                    "same work without a limiter in interleaved rounds in one executor "
                    "process, the order flipped every round, timed in thread CPU time (wall "
@@ -378,9 +434,13 @@ def write_report(out: Path, res: RunResult, *, spark_version: Optional[str],
     for title, png, caption in figs:
         page.figure(png, caption, title=title)
     if summary is not None:
-        page.table(summary_rows(summary), SUMMARY_COLUMNS, title="Summary (medians over trials)")
+        page.table(summary_rows(summary), SUMMARY_COLUMNS, title="Summary (medians over trials)",
+                   formats=SUMMARY_FORMATS)
     if scaling is not None:
-        page.table(scaling, title="Scaling")
+        page.table(scaling, title="Scaling", headers={
+            "impl": "impl", "executors": "executors at once", "trials": "trials",
+            "median_ops_per_s_per_executor": "ops/s per executor (median)",
+            "aggregate_ops_per_s": "ops/s in all", "leaked_permits": "leaked permits"})
     page.files(["results.parquet", "results.csv", "trials.*", "summary.*", "scaling.*",
                 "scaling_trials.*"], "Raw rows")
     return page.write(out)

@@ -1,9 +1,11 @@
 """Static HTML reports: matplotlib without a display, figure saving, and one
-page layout (title, environment block, verdict, figures, tables) that every
-pipeline's ``reports/<name>/index.html`` shares.
+page layout that every pipeline's ``reports/<name>/index.html`` shares:
+title, a verdict table (claim, measured, holds?) a reader takes in at a
+glance, a table of contents, the environment block, then figures and tables.
 
 Pages are plain HTML with PNGs beside them: they open from disk, need no
-server and no JavaScript, and fit a 1400 px wide window.
+server and no JavaScript, and fit a 1400 px wide window.  Numbers in a table
+column share one format (fixed decimals), right-aligned.
 """
 
 from __future__ import annotations
@@ -15,10 +17,12 @@ import math
 import numbers
 import os
 import platform
+import re
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Optional, Sequence
+from typing import Callable, Iterable, Mapping, Optional, Sequence, Union
 
 PAGE_WIDTH_PX = 1400
 #: Figure width that fills the page at the dpi figures are saved with.
@@ -38,9 +42,11 @@ def pyplot():
 
 def save_figure(fig, path: Path) -> Path:
     """Write a finished figure as PNG and free it (pyplot keeps every figure
-    alive until it is closed)."""
+    alive until it is closed).  A figure made with a layout engine (e.g.
+    ``layout="constrained"`` for a legend outside the axes) keeps it."""
     plt = pyplot()
-    fig.tight_layout()
+    if fig.get_layout_engine() is None:
+        fig.tight_layout()
     fig.savefig(path, dpi=FIGURE_DPI)
     plt.close(fig)
     return Path(path)
@@ -90,28 +96,100 @@ def environment(spark_version: Optional[str] = None, **extra) -> dict:
     return env
 
 
-def _cell(v, floats: str) -> str:
-    if v is None:
-        return ""
+def plural(n, word: str, words: Optional[str] = None) -> str:
+    """``plural(1, "seed")`` -> '1 seed', ``plural(3, "seed")`` -> '3 seeds'
+    (``words``: an irregular plural)."""
+    return f"{n:,} {word if n == 1 else (words or word + 's')}"
+
+
+def _scalar(v):
     # Spark's decimals and numpy's scalars print as their Python kin
     if isinstance(v, numbers.Integral) and not isinstance(v, (int, bool)):
-        v = int(v)
-    elif isinstance(v, (decimal.Decimal, numbers.Real)) and not isinstance(v, (int, float)):
-        v = float(v)
+        return int(v)
+    if isinstance(v, (decimal.Decimal, numbers.Real)) and not isinstance(v, (int, float)):
+        return float(v)
+    return v
+
+
+Format = Union[str, Callable[[object], str]]
+
+
+def _cell(v, fmt: Optional[Format]) -> str:
+    v = _scalar(v)
+    if v is None:
+        return ""
     if isinstance(v, float):
         if math.isnan(v):
             return ""
         if math.isinf(v):
             return "∞" if v > 0 else "-∞"
-        return floats.format(v) if abs(v) < 100 else f"{v:,.0f}"
+    if fmt is not None and isinstance(v, (int, float)) and not isinstance(v, bool):
+        return fmt(v) if callable(fmt) else fmt.format(v)
     if isinstance(v, int) and not isinstance(v, bool):
         return f"{v:,}"
     return str(v)
 
 
-def html_table(rows, columns: Optional[Sequence[str]] = None, floats: str = "{:.2f}") -> str:
+def _column_format(values, floats: str) -> Optional[str]:
+    """One format for a whole column, so its numbers line up: integers with
+    thousands separators; floats with ``floats``, or without decimals when
+    the column reaches 100 (decimals there are noise)."""
+    finite = [v for v in map(_scalar, values)
+              if isinstance(v, float) and math.isfinite(v)]
+    if not finite:
+        return None
+    return "{:,.0f}" if max(abs(v) for v in finite) >= 100 else floats
+
+
+_NUMBER_TEXT = re.compile(r"^[-−]?\d[\d,.]*(x|%)?( \[.*\])?$")
+
+
+def _is_text(v) -> bool:
+    """Left-aligned: words; a number already written out ("2.67x [2.66-2.72]")
+    stays right-aligned with the other numbers."""
+    return isinstance(v, str) and not _NUMBER_TEXT.match(v)
+
+
+def _header(columns, first_row) -> str:
+    """One header row; two when some columns are (group, name) pairs, the
+    group spanning its columns."""
+    left = " class='l'"   # text columns: header aligned with its cells
+
+    def th(c, first, extra=""):
+        klass = left if _is_text(first) else ""
+        # long snake_case names may break after an underscore, so wide
+        # tables fit the page instead of scrolling
+        return f"<th{klass}{extra}>{html.escape(str(c)).replace('_', '_<wbr>')}</th>"
+
+    if not any(isinstance(c, tuple) for c in columns):
+        return "<tr>" + "".join(th(c, f) for c, f in zip(columns, first_row)) + "</tr>"
+    top, bottom, i = [], [], 0
+    while i < len(columns):
+        c = columns[i]
+        if not isinstance(c, tuple):
+            top.append(th(c, first_row[i], " rowspan='2'"))
+            i += 1
+            continue
+        j = i
+        while j < len(columns) and isinstance(columns[j], tuple) and columns[j][0] == c[0]:
+            bottom.append(th(columns[j][1], first_row[j]))
+            j += 1
+        top.append(f"<th class='group' colspan='{j - i}'>{html.escape(str(c[0]))}</th>")
+        i = j
+    return f"<tr>{''.join(top)}</tr><tr>{''.join(bottom)}</tr>"
+
+
+def html_table(rows, columns: Optional[Sequence] = None, floats: str = "{:.2f}",
+               formats: Optional[Mapping[object, Format]] = None,
+               caption: Optional[str] = None,
+               headers: Optional[Mapping[object, object]] = None) -> str:
     """An HTML table from a pandas DataFrame or from row tuples with
-    ``columns``; floats rounded (large ones as integers), NaN blank."""
+    ``columns``; NaN blank.  Each numeric column has one format:
+    ``formats[column]`` (a format string or a function) when given, else
+    ``floats`` for a float column (no decimals once it reaches 100) and
+    thousands separators for integers.  ``headers[column]``: the header to
+    show (words and units for a data column's name); a header (group, name)
+    goes under a header cell ``group`` shared with its neighbours."""
     if hasattr(rows, "itertuples"):
         columns = list(rows.columns) if columns is None else list(columns)
         body = list(rows[columns].itertuples(index=False)) if len(rows) else []
@@ -120,22 +198,62 @@ def html_table(rows, columns: Optional[Sequence[str]] = None, floats: str = "{:.
         columns = list(columns or [])
     if not body:
         return "<p class='none'>(none)</p>"
-    # long snake_case names may break after an underscore, so wide tables
-    # fit the page instead of scrolling
-    left = " class='l'"   # text columns: header aligned with its cells
-    head = "".join(
-        f"<th{left if isinstance(first, str) else ''}>"
-        f"{html.escape(str(c)).replace('_', '_<wbr>')}</th>"
-        for c, first in zip(columns, body[0]))
+    formats = dict(formats or {})
+    fmts = [formats[c] if c in formats else _column_format([r[k] for r in body], floats)
+            for k, c in enumerate(columns)]
+    # a column is text (left) when any of its cells is: a settings column
+    # of "4 bundles" and "0.9" lines up on one side
+    text = [any(_is_text(r[k]) for r in body) for k in range(len(columns))]
     out = []
     for r in body:
         cells = []
-        for v in r:
-            klass = " class='l'" if isinstance(v, str) else ""
-            cells.append(f"<td{klass}>{html.escape(_cell(v, floats))}</td>")
+        for v, fmt, left in zip(r, fmts, text):
+            klass = " class='l'" if left else ""
+            cells.append(f"<td{klass}>{html.escape(_cell(v, fmt))}</td>")
         out.append("<tr>" + "".join(cells) + "</tr>")
-    return (f"<div class='scroll'><table><thead><tr>{head}</tr></thead>"
+    cap = f"<caption>{html.escape(caption)}</caption>" if caption else ""
+    shown = [(headers or {}).get(c, c) for c in columns]
+    first = ["text" if t else 0 for t in text]     # aligns each header with its column
+    return (f"<div class='scroll'><table>{cap}<thead>{_header(shown, first)}</thead>"
             f"<tbody>{''.join(out)}</tbody></table></div>")
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """One row of a page's verdict table: the claim in words, what this run
+    measured, and whether the claim holds (True, False, None for not
+    measured, or a word such as "cost" for a row that is not a claim)."""
+
+    claim: str
+    measured: str
+    holds: Union[bool, None, str]
+
+    def __post_init__(self):
+        # numpy's bools (a comparison of two table cells) are not True/False
+        if self.holds is not None and not isinstance(self.holds, (bool, str)):
+            object.__setattr__(self, "holds", bool(self.holds))
+
+    def holds_text(self) -> str:
+        if self.holds is True:
+            return "yes"
+        if self.holds is False:
+            return "no"
+        if self.holds is None:
+            return "not measured"
+        return str(self.holds)
+
+
+def verdict_table(rows: Sequence[Verdict]) -> str:
+    """The verdict rows as the compact table a page opens with."""
+    body = []
+    for v in rows:
+        klass = "yes" if v.holds is True else "no" if v.holds is False else "na"
+        body.append(f"<tr><td class='l'>{html.escape(v.claim)}</td>"
+                    f"<td class='l'>{html.escape(v.measured)}</td>"
+                    f"<td class='{klass}'>{html.escape(v.holds_text())}</td></tr>")
+    return ("<table class='verdict'><thead><tr><th class='l'>claim</th>"
+            "<th class='l'>measured in this run</th><th class='l'>holds?</th></tr></thead>"
+            f"<tbody>{''.join(body)}</tbody></table>")
 
 
 _CSS = f"""
@@ -146,13 +264,26 @@ h1{{margin-bottom:4px}} h2{{margin-top:32px;border-bottom:1px solid #ddd;padding
 .env{{font-size:13px;background:#f6f8fa;border:1px solid #e1e4e8;padding:8px 12px;border-radius:6px}}
 .env td{{border:none;padding:1px 12px 1px 0;text-align:left;white-space:normal;
 overflow-wrap:anywhere}} .env td:first-child{{white-space:nowrap}} .env td:first-child{{color:#555;vertical-align:top}}
-.verdict{{background:#eef6ee;border-left:4px solid #3a7d44;padding:10px 14px;margin:16px 0}}
+table.verdict{{font-size:14px;margin:12px 0 8px;width:100%}}
+table.verdict td{{white-space:normal;vertical-align:top;padding:4px 8px}}
+table.verdict td:first-child{{width:32%;font-weight:600}} table.verdict th{{padding:4px 8px}}
+table.verdict td.yes{{background:#e3f2e5;color:#1e6b2b;font-weight:700}}
+table.verdict td.no{{background:#fbe5e3;color:#a12a1f;font-weight:700}}
+table.verdict td.na{{background:#f3f3f3;color:#555}}
+table.verdict td:last-child{{width:7em;white-space:nowrap;text-align:center}}
+.note{{color:#444;font-size:14px;margin:4px 0 12px}}
+nav.toc{{font-size:14px;margin:8px 0 16px;padding:6px 10px;background:#f6f8fa;
+border:1px solid #e1e4e8;border-radius:6px}} nav.toc a{{margin-right:4px}}
+.tables{{display:flex;flex-wrap:wrap;gap:8px 28px;align-items:flex-start}}
+caption{{text-align:left;font-weight:600;font-size:14px;padding:2px 0}}
+th.group{{text-align:center}}
 code,pre{{font-family:ui-monospace,Menlo,Consolas,monospace;font-size:13px}}
 pre{{background:#f6f8fa;padding:8px 12px;overflow-x:auto;white-space:pre-wrap}}
 .scroll{{overflow-x:auto;max-width:100%}}
 table{{border-collapse:collapse;font-size:12px;margin:8px 0}}
-td,th{{border:1px solid #ccc;padding:2px 5px;text-align:right;white-space:nowrap}}
-th{{background:#eee;white-space:normal;vertical-align:bottom;min-width:3em}} td.l,th.l{{text-align:left}}
+td,th{{border:1px solid #ccc;padding:2px 4px;text-align:right;white-space:nowrap;
+font-variant-numeric:tabular-nums}}
+th{{background:#eee;white-space:normal;vertical-align:bottom;min-width:2.5em}} td.l,th.l{{text-align:left}}
 figure{{margin:12px 0}} img{{max-width:100%;height:auto;border:1px solid #eee}}
 figcaption{{color:#555;font-size:13px}}
 """
@@ -161,23 +292,39 @@ figcaption{{color:#555;font-size:13px}}
 class ReportPage:
     """ReportPage collects the parts of one report and writes ``index.html``.
 
-    Parts appear in the order they are added, after the title, the command
-    that produced the page, the environment block and the verdict."""
+    The page opens with the title and the verdict table (``verdicts``),
+    then a table of contents when the page has ``TOC_MIN_SECTIONS``
+    sections or more (longer than two screens), then the environment block
+    and the command; the parts follow in the order they are added."""
+
+    #: Sections from which a page gets a table of contents.
+    TOC_MIN_SECTIONS = 3
 
     def __init__(self, title: str, *, subtitle: Optional[str] = None,
                  command: Optional[str] = None, env: Optional[dict] = None):
         self.title, self.subtitle, self.command = title, subtitle, command
         self.env = env
-        self._verdict: Optional[str] = None
+        self._verdicts: list[Verdict] = []
+        self._note: Optional[str] = None
         self._parts: list[str] = []
+        self._sections: list[tuple[str, str]] = []
 
-    def verdict(self, text: str) -> "ReportPage":
-        """The one paragraph a reader should take away (plain text)."""
-        self._verdict = text
+    def verdicts(self, rows: Iterable[Verdict], note: Optional[str] = None) -> "ReportPage":
+        """The claims and what this run measured, computed from its data
+        (``note``: one line under the table, plain text)."""
+        self._verdicts = list(rows)
+        self._note = note
         return self
 
     def heading(self, text: str) -> "ReportPage":
-        self._parts.append(f"<h2>{html.escape(text)}</h2>")
+        """A section: an ``h2`` with an anchor, listed in the contents."""
+        slug = re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-") or "section"
+        taken = {a for a, _ in self._sections}
+        anchor, n = slug, 2
+        while anchor in taken:
+            anchor, n = f"{slug}-{n}", n + 1
+        self._sections.append((anchor, text))
+        self._parts.append(f"<h2 id='{anchor}'>{html.escape(text)}</h2>")
         return self
 
     def paragraph(self, text: str) -> "ReportPage":
@@ -200,11 +347,22 @@ class ReportPage:
                            f"alt='{html.escape(title or caption or name)}'>{cap}</figure>")
         return self
 
-    def table(self, rows, columns: Optional[Sequence[str]] = None, title: Optional[str] = None,
-              floats: str = "{:.2f}") -> "ReportPage":
+    def table(self, rows, columns: Optional[Sequence] = None, title: Optional[str] = None,
+              floats: str = "{:.2f}", formats: Optional[Mapping[object, Format]] = None,
+              caption: Optional[str] = None,
+              headers: Optional[Mapping[object, object]] = None) -> "ReportPage":
+        """A table (``html_table``) under an optional section title."""
         if title:
             self.heading(title)
-        self._parts.append(html_table(rows, columns, floats))
+        self._parts.append(html_table(rows, columns, floats, formats, caption, headers))
+        return self
+
+    def tables(self, tables: Iterable[str], title: Optional[str] = None) -> "ReportPage":
+        """Small tables (``html_table`` output, each with a caption) side by
+        side, wrapping to the next line when the page is full."""
+        if title:
+            self.heading(title)
+        self._parts.append(f"<div class='tables'>{''.join(tables)}</div>")
         return self
 
     def files(self, names: Iterable[str], note: str = "Data beside this page") -> "ReportPage":
@@ -220,6 +378,13 @@ class ReportPage:
                 f"<h1>{e(self.title)}</h1>"]
         if self.subtitle:
             head.append(f"<p class='sub'>{e(self.subtitle)}</p>")
+        if self._verdicts:
+            head.append(verdict_table(self._verdicts))
+        if self._note:
+            head.append(f"<p class='note'>{e(self._note)}</p>")
+        if len(self._sections) >= self.TOC_MIN_SECTIONS:
+            links = " · ".join(f"<a href='#{a}'>{e(t)}</a>" for a, t in self._sections)
+            head.append(f"<nav class='toc'><b>Contents:</b> {links}</nav>")
         if self.env:
             rows = "".join(f"<tr><td>{e(k)}</td><td>{e(str(v))}</td></tr>"
                            for k, v in self.env.items())
@@ -228,8 +393,6 @@ class ReportPage:
             head.append(f"<div class='env'><table>{rows}</table></div>")
         elif self.command:
             head.append(f"<pre>{e(self.command)}</pre>")
-        if self._verdict:
-            head.append(f"<div class='verdict'><b>Verdict.</b> {e(self._verdict)}</div>")
         return "\n".join(head + self._parts + ["</body></html>"])
 
     def write(self, out: Path) -> Path:

@@ -130,12 +130,13 @@ def test_spark_runner_end_to_end(spark, tmp_path, capsys):
     assert list((out / "results.parquet").glob("part-*.parquet"))
     html = (out / "index.html").read_text()
     assert "speedup.png" in html and "<table>" in html
-    # Environment block first, then the verdict, computed from this run.
-    assert html.index("class='env'") < html.index("Verdict.") < html.index("speedup.png")
+    # The verdict table first, computed from this run, then the environment.
+    assert html.index("class='verdict'") < html.index("class='env'") < html.index("speedup.png")
     c_threads = next(s for s in summary
                      if (s["scenario"], s["impl"]) == ("uncontended-threads", "c"))
     assert f"than threading.Semaphore (IQR {float(c_threads['q1_speedup']):.2f}" in html
-    assert "No trial leaked a permit" in html
+    assert "No trial leaks a permit, fails or sees an error" in html
+    assert "0 permits leaked, 0 trials failed, 0 errors in 8 trials" in html
 
 
 def _descendants(pid):

@@ -127,14 +127,16 @@ def test_report_page_has_environment_verdict_figures_and_tables(tmp_path):
     env = report.environment("3.5.1", workload="tiny")
     assert {"CPU", "OS", "Python", "pylimiter", "Spark", "date", "workload"} <= set(env)
     page = report.ReportPage("Title & more", subtitle="sub", command="python -m x --a 1", env=env)
-    page.verdict("A < B holds.").paragraph("p1").figure("line.png", "cap", title="Fig")
+    page.verdicts([report.Verdict("A < B", "A = 1, B = 2", True)])
+    page.paragraph("p1").figure("line.png", "cap", title="Fig")
     page.table([(1, 2.5)], ["a", "b"], title="Tab").files(["x.parquet"])
     index = page.write(tmp_path / "r")
     text = index.read_text()
     assert index == tmp_path / "r" / "index.html"
     assert "<title>Title &amp; more</title>" in text
-    assert text.index("class='env'") < text.index("class='verdict'") < text.index("line.png")
-    assert "A &lt; B holds." in text and "python -m x --a 1" in text
+    # the verdict first, then the environment, then the parts
+    assert text.index("class='verdict'") < text.index("class='env'") < text.index("line.png")
+    assert "A &lt; B" in text and "python -m x --a 1" in text
     assert "<img src='line.png'" in text and "<figcaption>cap</figcaption>" in text
     assert "max-width:1352px" in text                     # fits a 1400 px window
     assert "<code>x.parquet</code>" in text

@@ -30,7 +30,7 @@ from ..._cli import (
 )
 from ...spark.progress import JobProgress
 from .._settings import add_setting_flags, setting_overrides
-from ...spark.report import command_line
+from ...spark.report import command_line, plural
 from ...spark.rows import schema
 from ...spark.session import add_run_flags, preflight, spark_session, sql_conf, write_table
 from .cluster import STRATEGIES, BrokerCapacity, Settings
@@ -78,9 +78,11 @@ def _weights(text: str) -> LoadWeights:
 def build_parser() -> argparse.ArgumentParser:
     ap = make_parser(PROG, "Pulsar bundle load balancing: replay a cluster's topic load "
                            "through the load manager and compare strategies.")
-    sub = subparsers(ap, dest="command", required=True, metavar="COMMAND")
+    sub = subparsers(ap, dest="command", required=True, metavar="COMMAND",
+                     help="run `COMMAND --help` for its options")
     p = sub.add_parser(
-        "simulate", help="run the load manager over generated or recorded topic load",
+        "simulate", usage="%(prog)s [options]",
+        help="run the load manager over generated or recorded topic load",
         description="Replay topic load (generated, or --input) step by step through Pulsar's "
                     "bundle splitting, LeastLongTermMessageRate vs uniform random placement and "
                     "ThresholdShedder on/off, side by side; write tables and an HTML report.")
@@ -184,8 +186,9 @@ def _run_conf(spark) -> dict:
 def _describe(args) -> str:
     if args.input:
         return f"replaying {args.input}"
-    return (f"generating {args.topics:,} topics in {args.namespaces} namespaces x "
-            f"{args.steps} steps (seed {args.seed})")
+    return (f"generating {plural(args.topics, 'topic')} in "
+            f"{plural(args.namespaces, 'namespace')} x {plural(args.steps, 'step')} "
+            f"(seed {args.seed})")
 
 
 def main(argv: Optional[Sequence[str]] = None, *, spark=None) -> int:
@@ -194,7 +197,7 @@ def main(argv: Optional[Sequence[str]] = None, *, spark=None) -> int:
     args = build_parser().parse_args(argv)
     settings = settings_from(args)
     preflight(args.master, spark, ["pyspark", "pandas", "matplotlib", "rich"])
-    print(f"{PROG} simulate: {_describe(args)}; {args.brokers} brokers; "
+    print(f"{PROG} simulate: {_describe(args)}; {plural(args.brokers, 'broker')}; "
           f"{settings.split_algorithm}; Spark {args.master if spark is None else 'session given'}",
           flush=True)
     spec = GeneratorSpec(topics=args.topics, namespaces=args.namespaces, steps=args.steps,
@@ -241,12 +244,13 @@ def main(argv: Optional[Sequence[str]] = None, *, spark=None) -> int:
 def _print_summary(res: RunResult) -> None:
     tm = res.timings
     rows = tm.get("topic_rows", 0)
-    print(f"{int(rows):,} topic rows, {len(res.bundles):,} bundles at the end after "
-          f"{int(tm.get('splits', 0)):,} splits; Spark {fmt_seconds(tm.get('spark_s', 0))} "
+    print(f"{plural(int(rows), 'topic row')}, {plural(len(res.bundles), 'bundle')} at the end "
+          f"after {plural(int(tm.get('splits', 0)), 'split')}; "
+          f"Spark {fmt_seconds(tm.get('spark_s', 0))} "
           f"({fmt_rate(rows / tm['spark_s'], 'topic rows') if tm.get('spark_s') else 'n/a'}), "
           f"decisions {tm.get('decide_ms_per_step', 0):.1f} ms/step for "
           f"{len(STRATEGIES)} strategies, total {fmt_seconds(tm.get('total_s', 0))}")
     for r in res.summary:
         print(f"  {r['label']:<46} spread {r['mean_spread_pct']:5.1f} points (2nd half "
               f"{r['late_spread_pct']:5.1f}), peak {r['peak_usage_pct']:5.1f}%, "
-              f"{r['unloads']:,} unloads moving {r['moved_mib_per_s']:,.0f} MiB/s")
+              f"{plural(r['unloads'], 'unload')} moving {r['moved_mib_per_s']:,.0f} MiB/s")

@@ -1,5 +1,7 @@
 """``reports/balance/index.html``: the four strategies side by side, with the
-verdict computed from the run."""
+verdict table computed from the run.  Each verdict row compares like with
+like: shedding on against off under the same placement, or one placement
+against the other with the same shedding."""
 
 from __future__ import annotations
 
@@ -11,7 +13,9 @@ from ...spark.report import (
     FIGURE_DPI,
     FULL_WIDTH_IN,
     ReportPage,
+    Verdict,
     environment,
+    plural,
     pyplot,
     save_figure,
 )
@@ -60,40 +64,83 @@ def _frames(res):
             pd.DataFrame(res.summary))
 
 
-def verdict(summary, steps, bundle_loads, res) -> str:
-    """The paragraph a reader takes away, from the numbers of this run."""
+def verdict(summary, steps, bundle_loads, res) -> list[Verdict]:
+    """The verdict rows, from the numbers of this run.  Spreads are means
+    over the second half of the run (the cold start left out)."""
     by = {r["strategy"]: r for r in summary.to_dict("records")}
-    best = min(by.values(), key=lambda r: r["late_spread_pct"])
-    shed, plain, rnd = by["lltmr+shed"], by["lltmr"], by["random"]
+    shed, plain = by["lltmr+shed"], by["lltmr"]
+    rshed, rnd = by["random+shed"], by["random"]
     first = bundle_loads["step"].min()
     start = int((bundle_loads["step"] == first).sum())
-    parts = [
-        f"In the second half of the run, {best['label']} kept the brokers closest together: "
-        f"the busiest and the idlest broker were {best['late_spread_pct']:.1f} points of usage "
-        f"apart on average, against {plain['late_spread_pct']:.1f} for LeastLongTermMessageRate "
-        f"without shedding and {rnd['late_spread_pct']:.1f} for uniform random placement "
-        f"without shedding.",
-        f"The busiest broker peaked at {shed['peak_usage_pct']:.0f}% with "
-        f"LeastLongTermMessageRate + ThresholdShedder and at {plain['peak_usage_pct']:.0f}% "
-        f"without shedding; brokers spent {shed['overloaded_broker_steps']} and "
-        f"{plain['overloaded_broker_steps']} broker-steps above the "
-        f"{res.settings.overload_threshold_pct:g}% overload threshold.",
-        f"ThresholdShedder did this with {shed['unloads']:,} unloads that moved "
-        f"{shed['moved_mib_per_s']:,.0f} MiB/s of traffic in total "
-        f"({by['random+shed']['unloads']:,} unloads behind uniform random placement).",
-        f"Splitting ({res.settings.split_algorithm}) took the cluster from {start:,} to "
-        f"{len(res.bundles):,} bundles in {int(res.timings.get('splits', 0)):,} splits.",
+    threshold = f"{res.settings.overload_threshold_pct:g}%"
+    # the busiest broker's peak over the same second half as the spreads
+    late = steps[steps["step"] >= sorted(steps["step"].unique())[steps["step"].nunique() // 2]]
+    peak = late.groupby("strategy")["max_usage"].max()
+
+    def spread(a, b):
+        return (f"{a['late_spread_pct']:.1f} against {b['late_spread_pct']:.1f} usage points "
+                f"between the busiest and the idlest broker")
+
+    return [
+        Verdict("ThresholdShedder narrows the spread under LeastLongTermMessageRate placement",
+                "shedding on against off: " + spread(shed, plain),
+                bool(shed["late_spread_pct"] < plain["late_spread_pct"])),
+        Verdict("ThresholdShedder narrows the spread under uniform random placement",
+                "shedding on against off: " + spread(rshed, rnd),
+                bool(rshed["late_spread_pct"] < rnd["late_spread_pct"])),
+        Verdict("LeastLongTermMessageRate places better than uniform random",
+                f"without shedding {plain['late_spread_pct']:.1f} against "
+                f"{rnd['late_spread_pct']:.1f} usage points; with shedding "
+                f"{shed['late_spread_pct']:.1f} against {rshed['late_spread_pct']:.1f}",
+                bool(plain["late_spread_pct"] < rnd["late_spread_pct"]
+                     and shed["late_spread_pct"] < rshed["late_spread_pct"])),
+        Verdict(f"ThresholdShedder keeps brokers under the {threshold} overload threshold",
+                f"broker-steps above it, shedding on against off: "
+                f"{shed['overloaded_broker_steps']:,} against "
+                f"{plain['overloaded_broker_steps']:,} (LeastLongTermMessageRate), "
+                f"{rshed['overloaded_broker_steps']:,} against "
+                f"{rnd['overloaded_broker_steps']:,} (uniform random); the busiest broker's "
+                f"peak in the second half {peak['lltmr+shed']:.0f}% against "
+                f"{peak['lltmr']:.0f}% (LeastLongTermMessageRate)",
+                bool(shed["overloaded_broker_steps"] <= plain["overloaded_broker_steps"]
+                     and rshed["overloaded_broker_steps"] <= rnd["overloaded_broker_steps"])),
+        Verdict("What shedding costs: bundles moved between brokers",
+                f"{plural(shed['unloads'], 'unload')} moving {shed['moved_mib_per_s']:,.0f} "
+                f"MiB/s of traffic in all (LeastLongTermMessageRate); "
+                f"{plural(rshed['unloads'], 'unload')}, {rshed['moved_mib_per_s']:,.0f} MiB/s "
+                f"(uniform random)", "cost"),
+        Verdict(f"Bundle splitting ({res.settings.split_algorithm}) follows the load",
+                f"{start:,} -> {plural(len(res.bundles), 'bundle')} in "
+                f"{plural(int(res.timings.get('splits', 0)), 'split')}, the same for every "
+                f"strategy", "fact"),
     ]
-    if shed["late_spread_pct"] >= plain["late_spread_pct"]:
-        parts.append("Shedding did not narrow the spread here: with these settings the "
-                     "imbalance stayed under the shedding threshold or the minimum throughput "
-                     "to move.")
-    return " ".join(parts)
+
+
+def _clip_top(values, pct: float = 98.0) -> float:
+    """A y-axis top that a few outliers (the cold start's spike) do not set:
+    the ``pct`` percentile with headroom, never above the data's maximum."""
+    import numpy as np
+
+    v = np.asarray(values, dtype=float)
+    v = v[np.isfinite(v)]
+    if not len(v):
+        return 1.0
+    return float(min(v.max() * 1.05, np.percentile(v, pct) * 1.25)) or 1.0
+
+
+def _mark_clipped(ax, x, y, top: float, color) -> None:
+    """Points above the axis drawn as a triangle at the top, with their value."""
+    for xi, yi in zip(x, y):
+        if yi > top:
+            ax.plot([xi], [top * 0.985], marker="^", color=color, ms=7, clip_on=False)
+            ax.annotate(f"{yi:.0f}", (xi, top * 0.985), textcoords="offset points",
+                        xytext=(6, -10), fontsize=8, color=color)
 
 
 def _usage_figure(steps, settings, out: Path) -> Path:
     plt = pyplot()
-    fig, axes = plt.subplots(2, 2, figsize=(FULL_WIDTH_IN, 7.2), sharex=True, sharey=True)
+    fig, axes = plt.subplots(2, 2, figsize=(FULL_WIDTH_IN, 7.4), sharex=True, sharey=True,
+                             layout="constrained")
     top = max(100.0, float(steps["max_usage"].max()) * 1.05)
     for ax, sp in zip(axes.flat, STRATEGIES):
         s = steps[steps["strategy"] == sp.key].sort_values("step")
@@ -112,25 +159,30 @@ def _usage_figure(steps, settings, out: Path) -> Path:
         ax.set_xlabel("step (load-manager tick)")
     for ax in axes[:, 0]:
         ax.set_ylabel("broker usage, % (weighted max)")
-    axes[0, 0].legend(loc="upper left", fontsize=9)
+    handles, labels = axes[0, 0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="outside upper center", ncols=3, fontsize=9, frameon=False)
     return save_figure(fig, out / "usage.png")
 
 
 def _spread_figure(steps, out: Path) -> Path:
     plt = pyplot()
-    fig, (a, b) = plt.subplots(1, 2, figsize=(FULL_WIDTH_IN, 3.8))
+    fig, (a, b) = plt.subplots(1, 2, figsize=(FULL_WIDTH_IN, 4.2), layout="constrained")
+    tops = {"spread": _clip_top(steps["spread"]), "stdev": _clip_top(steps["stdev"])}
     for sp in STRATEGIES:
         s = steps[steps["strategy"] == sp.key].sort_values("step")
-        a.plot(s["step"], s["spread"], color=COLORS[sp.key], lw=1.5, label=sp.label)
-        b.plot(s["step"], s["stdev"], color=COLORS[sp.key], lw=1.5, label=sp.label)
+        for ax, col in ((a, "spread"), (b, "stdev")):
+            ax.plot(s["step"], s[col], color=COLORS[sp.key], lw=1.5, label=sp.label)
+            _mark_clipped(ax, s["step"], s[col], tops[col], COLORS[sp.key])
     a.set_title("spread: busiest minus idlest broker")
     b.set_title("standard deviation of broker usage")
-    for ax in (a, b):
+    for ax, col in ((a, "spread"), (b, "stdev")):
         ax.set_xlabel("step")
         ax.set_ylabel("usage points")
-        ax.set_ylim(bottom=0)
+        ax.set_ylim(0, tops[col])
         ax.grid(alpha=0.3)
-    a.legend(fontsize=9)
+    handles, labels = a.get_legend_handles_labels()
+    fig.legend(handles, labels, loc="outside upper center", ncols=4, fontsize=9,
+               frameon=False)
     return save_figure(fig, out / "spread.png")
 
 
@@ -159,14 +211,15 @@ def _bundles_figure(steps, bundle_loads, bundles, settings, out: Path) -> Path:
     b.set_xlabel("topics in the namespace (last step)")
     b.set_ylabel("bundles of the namespace (end)")
     b.set_title(f"bundles per namespace ({len(count)} namespaces)")
-    b.legend(fontsize=9)
+    b.legend(fontsize=9, loc="lower left", bbox_to_anchor=(0, 1.08), ncols=2, frameon=False,
+             borderaxespad=0)
     b.grid(alpha=0.3)
     return save_figure(fig, out / "bundles.png")
 
 
 def _activity_figure(steps, out: Path) -> Path:
     plt = pyplot()
-    fig, (a, b) = plt.subplots(1, 2, figsize=(FULL_WIDTH_IN, 3.8))
+    fig, (a, b) = plt.subplots(1, 2, figsize=(FULL_WIDTH_IN, 4.2), layout="constrained")
     shedding = [sp for sp in STRATEGIES if sp.shedding]   # the others never unload
     width = 0.8 / len(shedding)
     for i, sp in enumerate(shedding):
@@ -182,7 +235,8 @@ def _activity_figure(steps, out: Path) -> Path:
     for ax in (a, b):
         ax.set_xlabel("step")
         ax.grid(alpha=0.3, axis="y")
-    a.legend(fontsize=9)
+    handles, labels = a.get_legend_handles_labels()
+    fig.legend(handles, labels, loc="outside upper center", ncols=2, fontsize=9, frameon=False)
     return save_figure(fig, out / "unloads.png")
 
 
@@ -190,12 +244,20 @@ def _heatmap_figure(brokers, out: Path) -> Path:
     plt = pyplot()
     fig, axes = plt.subplots(2, 2, figsize=(FULL_WIDTH_IN, 7.0), sharex=True, sharey=True,
                              layout="constrained")
-    vmax = max(100.0, float(brokers["usage_pct"].max()))
+    import numpy as np
+
+    # The colour scale spans the bulk of the run (0.5th to 99.5th
+    # percentile): the cold start's empty and overfull brokers show in the
+    # end colours instead of squeezing every other step into the middle.
+    usage = brokers["usage_pct"].to_numpy(dtype=float)
+    vmin, vmax = (float(v) for v in np.percentile(usage, [0.5, 99.5]))
+    extend = {(False, False): "neither", (True, False): "min", (False, True): "max",
+              (True, True): "both"}[(bool(usage.min() < vmin), bool(usage.max() > vmax))]
     im = None
     for ax, sp in zip(axes.flat, STRATEGIES):
         grid = (brokers[brokers["strategy"] == sp.key]
                 .pivot(index="broker", columns="step", values="usage_pct").sort_index())
-        im = ax.imshow(grid.values, aspect="auto", cmap="magma", vmin=0, vmax=vmax,
+        im = ax.imshow(grid.values, aspect="auto", cmap="magma", vmin=vmin, vmax=vmax,
                        interpolation="nearest",
                        extent=(grid.columns.min() - 0.5, grid.columns.max() + 0.5,
                                len(grid) - 0.5, -0.5))
@@ -204,7 +266,8 @@ def _heatmap_figure(brokers, out: Path) -> Path:
         ax.set_yticklabels(grid.index, fontsize=7 if len(grid) <= 24 else 5)
     for ax in axes[1]:
         ax.set_xlabel("step")
-    fig.colorbar(im, ax=axes, shrink=0.9, label="broker usage, %")
+    fig.colorbar(im, ax=axes, shrink=0.9, extend=extend,
+                 label=f"broker usage, % (scale clipped to {vmin:.0f}-{vmax:.0f})")
     # save_figure's tight_layout would fight the constrained layout the
     # colorbar needs.
     fig.savefig(out / "heatmap.png", dpi=FIGURE_DPI)
@@ -247,25 +310,33 @@ def write_report(out: Path, res: RunResult, *, spark_version: Optional[str],
                                "placement, ThresholdShedder on and off, replayed step by step "
                                "through pylimiter.pulsar.balance (Pulsar's algorithms).",
                       command=command, env=env)
-    page.verdict(verdict(summary, steps, bundle_loads, res))
+    page.verdicts(verdict(summary, steps, bundle_loads, res),
+                  note="Spread: usage points between the busiest and the idlest broker, mean "
+                       "over the second half of the run (after the cold start). Usage: the "
+                       "weighted max over CPU and bandwidth, as Pulsar's load manager sees it.")
     _usage_figure(steps, res.settings, out)
     page.figure("usage.png", "Per step: the busiest and the idlest broker (band) and the mean "
                 "(dashed). Usage is the weighted max over CPU and bandwidth, as the shedder "
                 "and the placement see it.", title="Broker usage per strategy")
     _spread_figure(steps, out)
-    page.figure("spread.png", "How far apart the brokers are; lower is better balanced.",
-                title="Spread over time")
+    page.figure("spread.png", "How far apart the brokers are; lower is better balanced. The "
+                "y-axes stop short of the cold start's spike: points above them are drawn as "
+                "triangles at the top with their value.", title="Spread over time")
     over = f"broker-steps > {res.settings.overload_threshold_pct:g}%"
     view = summary.drop(columns=["strategy"]).rename(columns={
-        "label": "strategy", "mean_spread_pct": "spread", "late_spread_pct": "spread, 2nd half",
-        "peak_usage_pct": "peak %", "mean_max_usage_pct": "busiest, mean %",
+        "label": "strategy", "mean_spread_pct": "spread, usage points",
+        "late_spread_pct": "spread, 2nd half", "peak_usage_pct": "busiest broker's peak, %",
+        "mean_max_usage_pct": "busiest broker, mean %",
         "overloaded_broker_steps": over, "moved_mib_per_s": "MiB/s moved",
         "assignments": "placements"})
-    page.table(view, columns=["strategy", "spread", "spread, 2nd half", "peak %",
-                              "busiest, mean %", over, "unloads", "MiB/s moved", "placements"],
-               title="Summary (spread: usage points between the busiest and the idlest broker)")
+    page.table(view, columns=["strategy", "spread, usage points", "spread, 2nd half",
+                              "busiest broker's peak, %", "busiest broker, mean %", over,
+                              "unloads", "MiB/s moved", "placements"],
+               title="Summary per strategy", floats="{:.1f}")
     _heatmap_figure(brokers, out)
-    page.figure("heatmap.png", "Each row a broker, each column a step.",
+    page.figure("heatmap.png", "Each row a broker, each column a step. The colour scale "
+                "covers the 0.5th to 99.5th percentile of all broker-steps; the cold start's "
+                "extremes take the end colours.",
                 title="Every broker, every step")
     _activity_figure(steps, out)
     page.figure("unloads.png", "What ThresholdShedder moved (no-shedding strategies stay at "

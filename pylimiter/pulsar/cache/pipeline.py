@@ -31,14 +31,14 @@ from ..._cli import (
     subparsers,
 )
 from ...spark.progress import JobProgress
-from ...spark.report import command_line
+from ...spark.report import command_line, plural
 from ...spark.rows import failure_row, schema, typed_row
 from ...spark.session import add_run_flags, preflight, spark_session, write_table
 from .._settings import add_setting_flags, add_sweep_flag, setting_overrides
 from ._common import CacheSettings
 from .policies import POLICIES
 from .replay import RESULT_FIELDS
-from .report import RunResult, write_report
+from .report import RunResult, verdicts, write_report
 from .workloads import WORKLOADS
 
 __all__ = ["PROG", "UsageError", "build_parser", "expand_grid", "main", "run", "settings_from"]
@@ -54,9 +54,10 @@ SCAN_FIELDS = [("topics", "int"), ("policy", "string"), ("ns_per_pass", "double"
 def build_parser() -> argparse.ArgumentParser:
     """The command line: one sub-command, ``simulate``."""
     ap = make_parser(PROG, "The Pulsar broker entry cache (PIP-430) and its policy simulator.")
-    sub = subparsers(ap, dest="command", required=True, metavar="COMMAND")
+    sub = subparsers(ap, dest="command", required=True, metavar="COMMAND",
+                     help="run `COMMAND --help` for its options")
     sp = sub.add_parser(
-        "simulate",
+        "simulate", usage="%(prog)s [options]",
         help="compare eviction policies on generated traces (PySpark)",
         description="Replay generated traces (workload x policy x cache size x seed) on "
                     "Spark and write hit rates, storage reads and eviction cost to "
@@ -158,9 +159,10 @@ def main(argv: Optional[Sequence[str]] = None, *, spark=None) -> int:
     preflight(args.master, spark, ["pyspark", "pandas", "matplotlib", "rich"])
     grid = expand_grid(args)
     scan = [t for t in args.scan_topics if t > 0]
-    print(f"pylimiter entry cache simulator: {len(grid)} replays "
-          f"({len(args.workloads)} workloads x {len(args.policies)} policies x "
-          f"{len(args.cache_size_mb)} cache sizes x {args.seeds} seeds)"
+    print(f"pylimiter entry cache simulator: {plural(len(grid), 'replay')} "
+          f"({plural(len(args.workloads), 'workload')} x "
+          f"{plural(len(args.policies), 'policy', 'policies')} x "
+          f"{plural(len(args.cache_size_mb), 'cache size')} x {plural(args.seeds, 'seed')})"
           + (f" + idle-pass cost at {','.join(map(str, scan))} topics" if scan else "")
           + f" on {args.master if spark is None else 'the given session'}", flush=True)
     t0 = time.perf_counter()
@@ -173,7 +175,7 @@ def main(argv: Optional[Sequence[str]] = None, *, spark=None) -> int:
         runs.createOrReplaceTempView("runs")
         failures = [r for r in rows if r[-1]]
         if failures:
-            print(f"{len(failures)} replays failed; first: {failures[0][-1]}")
+            print(f"{plural(len(failures), 'replay')} failed; first: {failures[0][-1]}")
         scan_rows = []
         if scan:
             pts = [dict(topics=t, policies=[p for p in SCAN_POLICIES if p in args.policies]
@@ -195,8 +197,11 @@ def main(argv: Optional[Sequence[str]] = None, *, spark=None) -> int:
         raise RuntimeError(f"{len(failures)} of {len(grid)} replays failed: {failures[0][-1]}")
     total_reads = sum(r[7] or 0 for r in rows)
     total_bytes = sum(r[12] or 0 for r in rows)
-    print(f"{len(grid)} replays, {total_reads:,} entry reads, {fmt_bytes(total_bytes)} read from "
-          f"simulated storage, in {fmt_seconds(time.perf_counter() - t0)}")
+    print(f"{plural(len(grid), 'replay')}, {plural(total_reads, 'entry read')}, "
+          f"{fmt_bytes(total_bytes)} read from simulated storage, in "
+          f"{fmt_seconds(time.perf_counter() - t0)}")
+    for v in verdicts(res):   # the headline: the page's verdict table
+        print(f"PIP-430 claim {v.claim}: holds? {v.holds_text()}\n    {v.measured}")
     print(f"report: {index.resolve()}")
     return 0
 

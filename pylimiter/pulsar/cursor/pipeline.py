@@ -27,7 +27,7 @@ from ..._cli import (
     subparsers,
 )
 from ...spark.progress import JobProgress
-from ...spark.report import command_line
+from ...spark.report import command_line, plural
 from ...spark.rows import field_names, schema, typed_row
 from ...spark.session import add_run_flags, preflight, spark_session, write_table
 from .lifecycle import POLICIES
@@ -48,9 +48,11 @@ def build_parser() -> argparse.ArgumentParser:
     """The command line: ``simulate`` and its sweep and fixed options."""
     ap = make_parser(PROG, "Message lifecycle of Pulsar subscriptions: acknowledgment holes, "
                            "TTL with delayed messages, backlog quotas, retention.")
-    sub = subparsers(ap, dest="command", required=True)
+    sub = subparsers(ap, dest="command", required=True, metavar="COMMAND",
+                     help="run `COMMAND --help` for its options")
     s = sub.add_parser("simulate", help="sweep subscriptions on Spark, write an HTML report",
-                       description=__doc__.split("\n\n")[1])
+                       description=__doc__.split("\n\n")[1],
+                       usage="%(prog)s [options]")
     g = s.add_argument_group("sweep (comma-separated lists; one Spark task per combination)")
     g.add_argument("--ttl-min", type=number_list(float, 1, "minutes"), default=[60, 240],
                    help="message TTL, minutes")
@@ -77,8 +79,15 @@ def build_parser() -> argparse.ArgumentParser:
     f.add_argument("--msg-bytes", type=positive_int, default=1024, help="message size")
     f.add_argument("--quota-kib", type=_quota, default=512,
                    help="backlog quota on the holes' bytes, KiB (-1: none)")
-    f.add_argument("--quota-policy", choices=POLICIES, default="producer_exception")
-    f.add_argument("--seed", type=int, default=1)
+    f.add_argument("--quota-policy", choices=POLICIES, default="producer_exception",
+                   help="what the backlog quota does when the holes' bytes exceed it: "
+                        "producer_request_hold and producer_exception: the producer publishes "
+                        "nothing that minute and catches up when released; "
+                        "consumer_backlog_eviction acknowledges the oldest holes down to "
+                        "0.9 x the quota")
+    f.add_argument("--seed", type=int, default=1,
+                   help="random seed of each point's traffic and lost acks (the four "
+                        "subscriptions of a point see the same messages)")
     add_run_flags(s, Path("reports/cursor"))
     return ap
 
@@ -111,7 +120,7 @@ def main(argv: Sequence[str] | None = None, *, spark=None) -> int:
     args = build_parser().parse_args(argv)
     preflight(args.master, spark, ["pyspark", "pandas", "matplotlib"])
     points = points_of(args)
-    print(f"{PROG} simulate: {len(points)} points x 4 subscriptions "
+    print(f"{PROG} simulate: {plural(len(points), 'point')} x 4 subscriptions "
           f"({args.publish_min} min of {args.rate} msg/min each) on {args.master}", flush=True)
     t0 = time.perf_counter()
     with spark_session(args.master, app_name="pylimiter-cursor", spark=spark,

@@ -29,6 +29,7 @@ from pylimiter._cli import (
     run,  # re-exported: __main__.py is `run(main, PROG)` and nothing else
     subparsers,
 )
+from pylimiter.spark.report import plural
 
 __all__ = ["NEEDS", "PROG", "build_parser", "describe_load", "main", "run"]
 
@@ -57,9 +58,10 @@ def build_parser():
     """The argument parser: broker, proxy and load sub-commands."""
     ap = make_parser(PROG, "PIP-442 topic-list broker, proxy and load generator on "
                            "pylimiter's dual memory limiter (extra: topiclist).")
-    sub = subparsers(ap, dest="command", required=True)
-    b = sub.add_parser("broker", help="serve topic lists (default: one namespace, generated "
-                                      "topics)")
+    sub = subparsers(ap, dest="command", required=True, metavar="COMMAND",
+                     help="run `COMMAND --help` for its options")
+    b = sub.add_parser("broker", usage="%(prog)s [options]",
+                       help="serve topic lists (default: one namespace, generated topics)")
     b.add_argument("--namespace", default="public/default", help="namespace of the generated "
                                                                  "topics")
     b.add_argument("--topics", type=non_negative_int, default=1000,
@@ -67,10 +69,12 @@ def build_parser():
     b.add_argument("--topics-file", type=Path,
                    help="one full topic name per line, instead of generated topics")
     _limit_args(b)
-    p = sub.add_parser("proxy", help="forward topic lists from a broker, with limits")
+    p = sub.add_parser("proxy", usage="%(prog)s --broker URL [options]",
+                       help="forward topic lists from a broker, with limits")
     p.add_argument("--broker", required=True, help="pulsar://host:port of the broker")
     _limit_args(p)
-    ld = sub.add_parser("load", help="N connections listing a namespace for a duration")
+    ld = sub.add_parser("load", usage="%(prog)s --url URL [options]",
+                        help="N connections listing a namespace for a duration")
     ld.add_argument("--url", required=True, help="pulsar://host:port (broker or proxy)")
     ld.add_argument("--admin", help="http://host:port of its admin API, for peak RSS/permits")
     ld.add_argument("--namespace", default="public/default", help="namespace to list")
@@ -110,8 +114,8 @@ async def _serve(service):
               f"(metrics {service.admin_url}/metrics)", flush=True)
         print(f"limits: {service.limiter.config.describe()}", flush=True)
         await stop.wait()
-        print(f"{service.role}: stopping ({len(service.connections)} connections, "
-              f"{service.stats()['in_flight']} requests in flight)", flush=True)
+        print(f"{service.role}: stopping ({plural(len(service.connections), 'connection')}, "
+              f"{plural(service.stats()['in_flight'], 'request')} in flight)", flush=True)
     finally:
         await service.stop()
 
@@ -137,7 +141,7 @@ def _broker(args):
     store.add_many(names)
     svc = Broker(_config(args), store=store, host=args.host, port=args.port,
                  admin_port=args.admin_port, cluster=args.cluster)
-    print("namespaces: " + ", ".join(f"{ns} ({len(t)} topics)"
+    print("namespaces: " + ", ".join(f"{ns} ({len(t)} topic{'' if len(t) == 1 else 's'})"
                                       for ns, t in store.namespaces.items()), flush=True)
     return svc
 
@@ -160,7 +164,7 @@ def _load(args) -> int:
         parse_url(args.url)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
-    print(f"load: {args.connections} connections on {args.url} for "
+    print(f"load: {plural(args.connections, 'connection')} on {args.url} for "
           f"{fmt_seconds(args.duration)}", file=sys.stderr, flush=True)
     res = asyncio.run(run_load(args.url, args.namespace, args.connections, args.duration,
                                admin_url=args.admin, max_requests=args.max_requests,

@@ -126,7 +126,8 @@ def small_run(spark, tmp_path_factory):
 def test_report_and_tables_are_written(small_run):
     out, _ = small_run
     html = (out / "index.html").read_text()
-    assert "Verdict." in html and "LeastLongTermMessageRate + ThresholdShedder" in html
+    assert "class='verdict'" in html and "LeastLongTermMessageRate + ThresholdShedder" in html
+    assert "ThresholdShedder narrows the spread under uniform random placement" in html
     for png in ("usage.png", "spread.png", "heatmap.png", "unloads.png", "bundles.png"):
         assert (out / png).stat().st_size > 5000
         assert f"src='{png}'" in html

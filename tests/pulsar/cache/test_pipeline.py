@@ -48,7 +48,11 @@ def test_simulator_end_to_end(spark, tmp_path, capsys):
     assert {(int(s["topics"]), s["policy"]) for s in scan} == {
         (t, p) for t in (10, 100) for p in ("pip430", "lru", "legacy")}
     html = (out / "index.html").read_text()
-    assert "Verdict." in html and "Claim 1" in html and "Claim 2" in html
+    assert "class='verdict'" in html and "1. Evicting from the removal queue" in html
+    assert "2. Keeping entries with expected reads left" in html
+    # the headline in the terminal: the verdict table's rows
+    assert "PIP-430 claim 1. Evicting from the removal queue" in cap.out
+    assert "20 replays (2 workloads x 5 policies x 2 cache sizes x 1 seed)" in cap.out
     for png in ("hit_rate.png", "storage.png", "scan.png"):
         assert (out / png).stat().st_size > 1000 and png in html
     assert (out / "runs.parquet").is_dir()

@@ -66,7 +66,7 @@ def test_simulate_end_to_end(spark, tmp_path, capsys):
     assert spark.read.parquet(str(out / "series.parquet")).count() > 0
 
     html = (out / "index.html").read_text()
-    assert "class='verdict'" in html and "were expired before their delivery time" in html
+    assert "class='verdict'" in html and "expired before delivery under Pulsar&#x27;s rule" in html
     for png in ("delayed_lost.png", "holes.png", "lifetime.png"):
         assert (out / png).stat().st_size > 10_000
         assert f"src='{png}'" in html
