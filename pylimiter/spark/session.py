@@ -294,16 +294,20 @@ def _python_cause(text: str) -> Optional[str]:
     return found
 
 
+_JAVA_NAME = re.compile(r"(?:[a-z_$][\w$]*\.)+([A-Z][\w$]*(?:Exception|Error|Throwable))"
+                        r"(?::\s*|$)")
+
+
 def _java_cause(text: str) -> Optional[str]:
     """The innermost 'pkg.SomeException: message' in the first line of a
     Java exception's text, without the package."""
-    last = None
     first = text.strip().splitlines()[0] if text.strip() else ""
-    for m in _JAVA_EXC.finditer(first):
-        last = m
-    if last is None:
+    found = list(_JAVA_NAME.finditer(first))
+    if not found:
         return None
-    return f"{last.group(1)}: {last.group(2)}" if last.group(2) else last.group(1)
+    last = found[-1]
+    rest = first[last.end():].strip()
+    return f"{last.group(1)}: {rest}" if rest else last.group(1)
 
 
 def root_cause(exc: BaseException) -> str:
@@ -357,7 +361,16 @@ def jvm_start_cause(log: str) -> str:
         m = _JAVA_EXC.fullmatch(line)
         if m:
             return f"{m.group(1)}: {m.group(2)}" if m.group(2) else m.group(1)
-    return lines[-1] if lines else "the JVM printed nothing"
+    # The launcher script's own complaint: its first words name the cause
+    # (spark-class's "CMD: bad array subscript" only follows from it).
+    lines = [re.sub(r"^\S*spark-(?:class|submit)\S*: line \d+: ", "", ln) for ln in lines
+             if "bad array subscript" not in ln]
+    if not lines:
+        return "the JVM exited without a word (is Java 17+ installed?)"
+    cause = lines[-1]
+    if "java" in cause and ("No such file" in cause or "not found" in cause):
+        cause += " (set JAVA_HOME to a Java 17+ installation, or install one)"
+    return cause
 
 
 @contextlib.contextmanager
@@ -389,6 +402,43 @@ def _quiet_py4j() -> None:
     log.propagate = False
 
 
+def session_settings(master: str, app_name: str, log4j: Path,
+                     conf: Optional[Mapping[str, str]] = None) -> dict:
+    """The Spark settings start_spark uses: the pipelines' own (UI off, no
+    console progress, quiet log4j, 4 shuffle partitions, Python workers
+    reused; a driver on 127.0.0.1 for local masters), then ``conf``, which
+    wins (``spark.ui.enabled=true`` turns the UI back on)."""
+    settings = {
+        "spark.master": master,
+        "spark.app.name": app_name,
+        "spark.ui.enabled": "false",
+        "spark.ui.showConsoleProgress": "false",
+        "spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile=file:{log4j}",
+        "spark.sql.shuffle.partitions": "4",
+        "spark.python.worker.reuse": "true",
+    }
+    if master.startswith("local"):
+        # Nothing outside this machine needs to reach the driver.
+        settings["spark.driver.host"] = "127.0.0.1"
+        settings["spark.driver.bindAddress"] = "127.0.0.1"
+    settings.update(conf or {})
+    return settings
+
+
+def _drop_gateway(gateway) -> None:
+    from pyspark import SparkContext
+
+    with contextlib.suppress(Exception):
+        gateway.shutdown()
+    proc = getattr(gateway, "proc", None)
+    if proc is not None:
+        with contextlib.suppress(Exception):
+            proc.kill()
+            proc.wait(10)
+    SparkContext._gateway = SparkContext._jvm = None
+    SparkContext._active_spark_context = None
+
+
 def start_spark(master: str = DEFAULT_MASTER, *, app_name: str = "pylimiter",
                 workdir: Optional[Path] = None, conf: Optional[Mapping[str, str]] = None):
     """start_spark builds a SparkSession for ``master`` with the UI off (unless
@@ -405,21 +455,8 @@ def start_spark(master: str = DEFAULT_MASTER, *, app_name: str = "pylimiter",
     from pyspark.sql import SparkSession
 
     workdir = Path(workdir or tempfile.mkdtemp(prefix="plim-spark-"))
-    log4j = quiet_log4j(workdir / "log4j2.properties")
-    settings = {
-        "spark.master": master,
-        "spark.app.name": app_name,
-        "spark.ui.enabled": "false",
-        "spark.ui.showConsoleProgress": "false",
-        "spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile=file:{log4j}",
-        "spark.sql.shuffle.partitions": "4",
-        "spark.python.worker.reuse": "true",
-    }
-    if master.startswith("local"):
-        # Nothing outside this machine needs to reach the driver.
-        settings["spark.driver.host"] = "127.0.0.1"
-        settings["spark.driver.bindAddress"] = "127.0.0.1"
-    settings.update(conf or {})
+    settings = session_settings(master, app_name, quiet_log4j(workdir / "log4j2.properties"),
+                                conf)
     python = settings.get("spark.pyspark.python") or os.environ.get("PYSPARK_PYTHON") \
         or (sys.executable if is_local(master) else None)
     spark_conf = SparkConf(loadDefaults=False)
@@ -428,28 +465,52 @@ def start_spark(master: str = DEFAULT_MASTER, *, app_name: str = "pylimiter",
     _quiet_py4j()
     show = bool(os.environ.get("PYLIMITER_TRACEBACK"))
     log_path = workdir / "jvm.log"
-    with _env(PYSPARK_PYTHON=python, PYSPARK_DRIVER_PYTHON=sys.executable):
-        if SparkContext._active_spark_context is not None:
-            # One SparkContext per process: an active one is adopted, as
-            # SparkSession.builder would.
-            b = SparkSession.builder
-            for k, v in settings.items():
-                b = b.config(k, v)
-            return b.getOrCreate()
-        if SparkContext._gateway is None:
-            with open(log_path, "ab") as log:
-                kw = {} if show else {"stdout": log, "stderr": log}
-                try:
-                    gateway = launch_gateway(spark_conf, popen_kwargs=kw)
-                except _spark_errors() as exc:
-                    text = log_path.read_text(errors="replace") if log_path.exists() else ""
-                    raise SparkError(f"Spark did not start: {jvm_start_cause(text)}") from exc
-        else:
-            gateway = SparkContext._gateway     # a stopped session's JVM, reused
-        try:
-            sc = SparkContext(conf=spark_conf, gateway=gateway)
-        except _spark_errors() as exc:
-            raise SparkError(f"Spark did not start: {root_cause(exc)}") from exc
+    if SparkContext._active_spark_context is not None:
+        # One SparkContext per process: an active one is adopted, as
+        # SparkSession.builder would.
+        bld = SparkSession.builder
+        for k, v in settings.items():
+            bld = bld.config(k, v)
+        return bld.getOrCreate()
+    # Ctrl-C while the JVM starts is held until the context is up, then
+    # acted on: py4j's connection code swallows a KeyboardInterrupt raised
+    # inside it (the run would go on), and pyspark's own handler, set at the
+    # end of SparkContext(), calls into a JVM that may not be ready.
+    main = threading.current_thread() is threading.main_thread()
+    held: list = []
+    previous = signal.signal(signal.SIGINT, lambda *_: held.append(1)) if main else None
+    gateway = sc = None
+    try:
+        with _env(PYSPARK_PYTHON=python, PYSPARK_DRIVER_PYTHON=sys.executable):
+            if SparkContext._gateway is None:
+                with open(log_path, "ab") as log:
+                    kw = {} if show else {"stdout": log, "stderr": log}
+                    try:
+                        gateway = launch_gateway(spark_conf, popen_kwargs=kw)
+                    except _spark_errors() as exc:
+                        text = log_path.read_text(errors="replace") if log_path.exists() else ""
+                        raise SparkError(f"Spark did not start: {jvm_start_cause(text)}") \
+                            from exc
+            else:
+                gateway = SparkContext._gateway     # a stopped session's JVM, reused
+            try:
+                sc = SparkContext(conf=spark_conf, gateway=gateway)
+            except _spark_errors() as exc:
+                raise SparkError(f"Spark did not start: {root_cause(exc)}") from exc
+    except BaseException:
+        # py4j's threads would keep the interpreter from exiting, and the
+        # JVM would outlive it.
+        if gateway is not None:
+            _drop_gateway(gateway)
+        raise
+    finally:
+        if main:
+            signal.signal(signal.SIGINT, previous)
+    if held:
+        with contextlib.suppress(Exception):
+            sc.stop()
+        _drop_gateway(gateway)
+        raise KeyboardInterrupt
     spark = SparkSession.builder.getOrCreate()
     sc.setLogLevel("ERROR")
     return spark

@@ -46,7 +46,7 @@ from .generate import GeneratorSpec
 from .load import LoadWeights
 from .replay import TABLES, RunResult, simulate
 from .report import summary_rows, write_report
-from .source import GeneratedSource, open_source
+from .source import GeneratedSource, check_input, open_source
 from .split import MIB
 
 __all__ = ["PROG", "build_parser", "main", "run", "settings_from", "write_tables"]
@@ -202,6 +202,8 @@ def main(argv: Optional[Sequence[str]] = None, *, spark=None) -> int:
     args = build_parser().parse_args(argv)
     settings = settings_from(args)
     preflight(args.master, spark, ["pyspark", "pandas", "matplotlib", "rich"])
+    if args.input is not None:
+        check_input(args.input)     # before Spark starts: seconds sooner
     print(f"{PROG} simulate: {_describe(args)}; {args.brokers} brokers; "
           f"{settings.split_algorithm}; Spark {args.master if spark is None else 'session given'}",
           flush=True)
