@@ -31,16 +31,54 @@ debug: venv
 
 # Everything: both implementations, the C tier (plain, TSAN, ASAN+UBSan),
 # the Relacy memory-model check, the Spark pipelines on one shared local
-# session, the CLIs; then the public API again in env-var pure mode (the
-# pipelines, CLIs and the C core alone, already run, are left out there),
-# and a pure install in a venv of its own; then the Py_DEBUG tier.  ruff
-# check (pyproject's rules) first.
+# session and on a standalone cluster of one worker whose Python has no
+# pylimiter (tests/cluster: `make test-cluster` alone), the CLIs; then the
+# public API again in env-var pure mode (the pipelines, CLIs and the C core
+# alone, already run, are left out there), and a pure install in a venv of
+# its own; then the Py_DEBUG tier.  ruff check (pyproject's rules) first.
+# Every stage runs even when one before it failed; the last lines say which
+# failed, and make fails if any did.
+TEST_STAGES := lint pytest pure-mode test-pure test-dbg
 test: build relacy
+	@failed=""; \
+	for stage in $(TEST_STAGES); do \
+	    echo "== make test: $$stage"; \
+	    $(MAKE) --no-print-directory test-stage-$$stage || failed="$$failed $$stage"; \
+	done; \
+	if [ -n "$$failed" ]; then echo "== make test: FAILED:$$failed (passed: the others of $(TEST_STAGES))"; exit 1; fi; \
+	echo "== make test: all stages passed ($(TEST_STAGES))"
+
+.PHONY: test-stage-lint test-stage-pytest test-stage-pure-mode test-stage-test-pure \
+	test-stage-test-dbg test-cluster cluster-env
+test-stage-lint:
 	$(PY) -m ruff check .
+test-stage-pytest: cluster-env
 	$(PY) -m pytest
+test-stage-pure-mode:
 	PYLIMITER_NO_EXTENSIONS=1 $(PY) -m pytest --no-c-extensions -q -m "not slow and not spark and not c_core"
-	$(MAKE) test-pure
-	$(MAKE) test-dbg
+test-stage-test-pure: test-pure
+test-stage-test-dbg: test-dbg
+
+# The executors' environment for a cluster (README, "Running on a cluster"):
+# a venv of this interpreter without pip, only pylimiter's wheel in it
+# (--no-deps: executors need nothing else), packed by venv-pack into
+# build/cluster-env/pylimiter-env.tar.gz for --executor-env.  Its bin/python
+# links to this interpreter's path: the nodes need the same Python there.
+CLUSTER_ENV := build/cluster-env
+cluster-env: build
+	rm -rf $(CLUSTER_ENV)
+	$(PY) -m pip wheel -q --no-deps --no-build-isolation -w $(CLUSTER_ENV)/wheel .
+	$$($(PY) -c "import sys; print(sys._base_executable)") -m venv --without-pip $(CLUSTER_ENV)/venv
+	$(PY) -m pip --python $(CLUSTER_ENV)/venv/bin/python install -q --no-deps \
+	    $(CLUSTER_ENV)/wheel/*.whl
+	$(PY) -m venv_pack -q -p $(CLUSTER_ENV)/venv -o $(CLUSTER_ENV)/pylimiter-env.tar.gz
+	@ls -l $(CLUSTER_ENV)/pylimiter-env.tar.gz
+
+# A standalone master and one worker on 127.0.0.1 (pyspark's spark-class),
+# the worker's Python a bare venv without pylimiter; each pipeline at a small
+# scale with --executor-env against local[*]'s results (tests/cluster).
+test-cluster: cluster-env
+	$(PY) -m pytest -q -p no:cacheprovider tests/cluster
 
 # The Py_DEBUG tier (issue 18): Debian's python3.11-dbg, whose refcount and
 # GC assertions abort on a double free, a freelist entry used twice or an

@@ -4,6 +4,8 @@
 - exit status 2 for usage errors (bad flags, bad input files, a missing
   extra), 1 for runtime errors, 130 when interrupted, each reported in one
   line on stderr, never a traceback (``PYLIMITER_TRACEBACK=1`` shows it);
+  Ctrl-C prints ``PROG: interrupted`` once, however many times it is
+  pressed and whatever was running;
 - an ``--out`` folder that cannot be written is a usage error, said before
   any work starts;
 - numbers printed rounded, with their units (``fmt_*``).
@@ -28,6 +30,25 @@ DISTRIBUTION = "pylimiter-pulsar"
 class UsageError(Exception):
     """Bad input from the command line or an input file: the CLI prints one
     line and exits with status 2."""
+
+
+class Failure(Exception):
+    """A runtime failure whose message already says what went wrong and what
+    to do, in one line: the CLI prints it as is (no exception name) and
+    exits with status 1."""
+
+
+_announced: set = set()
+
+
+def announce_interrupt(prog: str) -> None:
+    """announce_interrupt prints ``PROG: interrupted`` on stderr the first
+    time it is called for ``prog`` and never again: a signal handler says
+    it at once, ``run`` only if nobody did."""
+    if prog in _announced:
+        return
+    _announced.add(prog)
+    print(f"{prog}: interrupted", file=sys.stderr, flush=True)
 
 
 class _Formatter(argparse.RawDescriptionHelpFormatter):
@@ -181,7 +202,11 @@ def require(modules: Sequence[str], extra: str) -> None:
 
 
 def one_line(exc: BaseException) -> str:
+    """The first line of ``exc``, after its type's name (a Failure's message
+    alone)."""
     text = str(exc).strip()
+    if isinstance(exc, Failure) and text:
+        return text.splitlines()[0]
     first = text.splitlines()[0] if text else ""
     return f"{type(exc).__name__}: {first}" if first else type(exc).__name__
 
@@ -190,13 +215,14 @@ def run(main: Callable[[Optional[Sequence[str]]], int], prog: str,
         argv: Optional[Sequence[str]] = None) -> int:
     """run calls ``main(argv)`` and turns what escapes it into the exit
     statuses above (argparse's own errors already exit 2)."""
+    _announced.discard(prog)
     try:
         return main(argv)
     except UsageError as exc:
         print(f"{prog}: error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        print(f"{prog}: interrupted", file=sys.stderr)
+        announce_interrupt(prog)
         return 130
     except Exception as exc:
         if os.environ.get("PYLIMITER_TRACEBACK"):

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import random
-import sys
 import time
 from pathlib import Path
 
@@ -35,7 +34,15 @@ from .._cli import (
 from ..spark.progress import JobProgress
 from ..spark.report import command_line, plural
 from ..spark.rows import failure_row, schema, typed_row
-from ..spark.session import add_run_flags, preflight, spark_session, write_table
+from ..spark.session import (
+    add_run_flags,
+    check_executors,
+    job_description,
+    preflight,
+    run_conf,
+    spark_session,
+    write_table,
+)
 from .report import RunResult, print_summary, write_report
 from .scenarios import IMPLEMENTATIONS, SCENARIOS
 
@@ -250,8 +257,9 @@ def _measure(session, args, trials, cores, progress) -> RunResult:
         results.createOrReplaceTempView("trials")
         summary = session.sql(SUMMARY_SQL)
         write_table(summary, out, "summary")
-        res.summary = summary.toPandas()
-        res.results = results.toPandas()
+        with job_description(session.sparkContext, "bench: results and summary to the driver"):
+            res.summary = summary.toPandas()
+            res.results = results.toPandas()
         results.unpersist()
     kmax = cores if args.scaling is None else args.scaling
     if kmax > 0:
@@ -260,8 +268,9 @@ def _measure(session, args, trials, cores, progress) -> RunResult:
         scaling_sum = session.sql(SCALING_SQL)
         write_table(scaling_df, out, "scaling_trials")
         write_table(scaling_sum, out, "scaling")
-        res.scaling = scaling_sum.toPandas()
-        res.scaling_trials = scaling_df.toPandas()
+        with job_description(session.sparkContext, "bench: scaling to the driver"):
+            res.scaling = scaling_sum.toPandas()
+            res.scaling_trials = scaling_df.toPandas()
     return res
 
 
@@ -283,14 +292,17 @@ def main(argv=None, *, spark=None) -> int:
           f"~{fmt_seconds(args.budget)} per side; "
           + (f"starting Spark ({args.master})..." if spark is None else "on the given session"),
           flush=True)
-    with spark_session(args.master, app_name="pylimiter-bench", spark=spark,
+    conf = run_conf(args)
+    with spark_session(args.master, app_name="pylimiter-bench", spark=spark, conf=conf,
                        prog=PROG) as session:
         t0 = time.time()
         sc = session.sparkContext
+        execs = check_executors(session, ["pylimiter", "pylimiter.bench.scenarios"])
         cores = sc.defaultParallelism
         spark_version = session.version
         print(f"Spark {spark_version}, master {sc.master}, parallelism {cores}; "
-              f"executors run {sys.executable}", flush=True)
+              f"executors run {execs['python']} (Python {execs['version']}, "
+              f"pylimiter {execs['implementation']})", flush=True)
         res = _measure(session, args, trials, cores, progress)
         res.elapsed_s = time.time() - t0
     print_summary(res.summary, res.scaling)

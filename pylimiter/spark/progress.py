@@ -11,9 +11,25 @@ disabled, so ``--no-progress`` and tests stay quiet.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import uuid
-from typing import Optional
+from typing import Iterator, Optional
+
+
+@contextlib.contextmanager
+def job_group(sc, group: str, description: str) -> Iterator[None]:
+    """job_group puts the Spark jobs started in the block into one job group
+    (one line in the UI's job list, cancellable together) and puts the
+    previous group and description back."""
+    old = (sc.getLocalProperty("spark.jobGroup.id"),
+           sc.getLocalProperty("spark.job.description"))
+    sc.setJobGroup(group, description)
+    try:
+        yield
+    finally:
+        sc.setLocalProperty("spark.jobGroup.id", old[0])
+        sc.setLocalProperty("spark.job.description", old[1])
 
 
 def _bar():
@@ -58,11 +74,18 @@ class JobProgress:
     def _poll(self) -> None:
         with _bar() as bar:
             task = bar.add_task(self.label, total=self.total)
-            while not self._stop.wait(0.5):
+            try:
+                while not self._stop.wait(0.5):
+                    bar.update(task, completed=self.done())
                 bar.update(task, completed=self.done())
-            bar.update(task, completed=self.done())
+            except Exception:   # noqa: BLE001
+                # The session went away under the bar (Ctrl-C, a failed
+                # job): the bar stops; the failure is the driver's to say.
+                pass
 
     def __enter__(self) -> "JobProgress":
+        self._old = (self.sc.getLocalProperty("spark.jobGroup.id"),
+                     self.sc.getLocalProperty("spark.job.description"))
         self.sc.setJobGroup(self.group, self.label)
         if self.enabled:
             self._thread = threading.Thread(target=self._poll, daemon=True)
@@ -74,9 +97,9 @@ class JobProgress:
         if self._thread is not None:
             self._thread.join()
         # Jobs run after the block must not count toward (or be cancelled
-        # with) this group.
-        self.sc.setLocalProperty("spark.jobGroup.id", None)
-        self.sc.setLocalProperty("spark.job.description", None)
+        # with) this group: the group and description before it come back.
+        self.sc.setLocalProperty("spark.jobGroup.id", self._old[0])
+        self.sc.setLocalProperty("spark.job.description", self._old[1])
 
 
 class StepProgress:

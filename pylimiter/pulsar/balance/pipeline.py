@@ -32,13 +32,21 @@ from ...spark.progress import JobProgress
 from .._settings import add_setting_flags, setting_overrides
 from ...spark.report import command_line, plural
 from ...spark.rows import schema
-from ...spark.session import add_run_flags, preflight, spark_session, sql_conf, write_table
+from ...spark.session import (
+    add_run_flags,
+    check_executors,
+    preflight,
+    run_conf,
+    spark_session,
+    sql_conf,
+    write_table,
+)
 from .cluster import STRATEGIES, BrokerCapacity, Settings
 from .generate import GeneratorSpec
 from .load import LoadWeights
 from .replay import TABLES, RunResult, simulate
 from .report import summary_rows, write_report
-from .source import GeneratedSource, open_source
+from .source import GeneratedSource, check_input, open_source
 from .split import MIB
 
 __all__ = ["PROG", "build_parser", "main", "run", "settings_from", "write_tables"]
@@ -197,6 +205,8 @@ def main(argv: Optional[Sequence[str]] = None, *, spark=None) -> int:
     args = build_parser().parse_args(argv)
     settings = settings_from(args)
     preflight(args.master, spark, ["pyspark", "pandas", "matplotlib", "rich"])
+    if args.input is not None:
+        check_input(args.input)     # before Spark starts: seconds sooner
     print(f"{PROG} simulate: {_describe(args)}; {plural(args.brokers, 'broker')}; "
           f"{settings.split_algorithm}; Spark {args.master if spark is None else 'session given'}",
           flush=True)
@@ -205,7 +215,11 @@ def main(argv: Optional[Sequence[str]] = None, *, spark=None) -> int:
     brokers = [f"broker-{i:02d}" for i in range(1, args.brokers + 1)]
     t_all = time.perf_counter()
     with spark_session(args.master, app_name="pylimiter-balance", spark=spark,
-                       conf={"spark.driver.memory": "2g"}, prog=PROG) as session:
+                       conf=run_conf(args, {"spark.driver.memory": "2g"}),
+                       prog=PROG) as session:
+        # Executors run Spark's Python only (no pylimiter): the same minor
+        # version as the driver's is all they need.
+        check_executors(session, (), extension=False)
         with sql_conf(session, _run_conf(session)):
             t0 = time.perf_counter()
             source = open_source(session, args.input, spec)

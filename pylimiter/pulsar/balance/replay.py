@@ -15,7 +15,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Sequence
 
-from ...spark.progress import StepProgress
+from ...spark.progress import StepProgress, job_group
 from .cluster import STRATEGIES, ZERO, BundleSample, Settings, Simulation
 from .split import TopicStats
 
@@ -78,6 +78,7 @@ def simulate(spark, source, broker_names: Sequence[str], settings: Settings, see
         rows = [(ns_index[name.rsplit("/", 1)[0]], b.lower, b.upper + 1 if b.last else b.upper, i)
                 for i, (name, b) in enumerate(picks)]
         out: dict[str, dict] = {name: {} for name, _ in picks}
+        sc.setJobDescription(f"balance: step {now['step']}, topics of the bundles to split")
         for r in source.topics_in(now["step"], source.layout_view(rows)):
             out[picks[r["bidx"]][0]][r["topic"]] = TopicStats(
                 r["msg_rate_in"], r["msg_rate_out"], r["msg_throughput_in"],
@@ -86,7 +87,9 @@ def simulate(spark, source, broker_names: Sequence[str], settings: Settings, see
         return out
 
     wall0 = time.perf_counter()
-    with StepProgress("steps", len(steps), progress) as bar:
+    sc = spark.sparkContext
+    with StepProgress("steps", len(steps), progress) as bar, \
+            job_group(sc, "balance-steps", "balance: step loop"):
         for i, current_step in enumerate(steps):
             now["step"] = current_step
             if current_step not in pending:
@@ -95,6 +98,8 @@ def simulate(spark, source, broker_names: Sequence[str], settings: Settings, see
                 bounds = {full: (lo, hi) for _, full, lo, hi in layout}
                 chunk = steps[i:i + batch]
                 t0 = time.perf_counter()
+                sc.setJobDescription(f"balance: steps {chunk[0]}-{chunk[-1]}"
+                                     if len(chunk) > 1 else f"balance: step {chunk[0]}")
                 rows = source.aggregate(chunk, source.layout_view(
                     [(ns_index[ns], lo, hi, k) for k, (ns, _, lo, hi) in enumerate(layout)]))
                 timing["spark_s"] += time.perf_counter() - t0

@@ -26,7 +26,8 @@ from typing import Optional, Sequence
 from ..._cli import UsageError
 from .generate import FACT_COLUMNS, GeneratorSpec, generate_topics, namespace_name, step_rows_sql
 
-__all__ = ["FileSource", "GeneratedSource", "LAYOUT_SCHEMA", "TopicSource", "load_input"]
+__all__ = ["FileSource", "GeneratedSource", "LAYOUT_SCHEMA", "TopicSource", "check_input",
+           "load_input"]
 
 LAYOUT_SCHEMA = "ns_id int, lower long, upper long, bidx int"
 #: Topic rows meet the layout on (namespace, hash >> 24): 256 slices per namespace.
@@ -164,6 +165,50 @@ def _detect_format(path: Path) -> str:
         raise UsageError(f"{path}: unknown file type {path.suffix or '(none)'!r}; "
                          "use .parquet, .csv or .json/.jsonl (JSON lines)")
     return fmt
+
+
+def check_input(path: Path) -> None:
+    """check_input does, before Spark starts, the checks that need no Spark:
+    the file or folder exists, its format is known, and its header (CSV),
+    first line (JSON lines) or schema (Parquet) has every column of
+    ``FACT_COLUMNS``.  The rows themselves are checked by ``load_input``."""
+    import json
+
+    path = Path(path)
+    if not path.exists():
+        raise UsageError(f"{path}: no such file or folder")
+    fmt = _detect_format(path)
+    files = sorted(p for p in path.iterdir() if p.is_file() and not p.name.startswith((".", "_"))
+                   ) if path.is_dir() else [path]
+    first = files[0]
+    try:
+        if fmt == "parquet":
+            import pyarrow.parquet as pq
+            columns = pq.read_schema(first).names
+        else:
+            with open(first, encoding="utf-8", errors="replace") as f:
+                line = next((ln for ln in f if ln.strip()), "")
+            if not line:
+                raise UsageError(f"{path}: no rows")
+            if fmt == "csv":
+                columns = [c.strip().strip('"') for c in line.rstrip("\r\n").split(",")]
+            else:
+                try:
+                    row = json.loads(line)
+                except ValueError:
+                    raise UsageError(f"{path}: row 1 is not valid JSON: "
+                                     f"{line.strip()[:60]!r}") from None
+                columns = list(row) if isinstance(row, dict) else []
+    except OSError as exc:
+        raise UsageError(f"{path}: cannot read it: {exc.strerror or exc}") from None
+    except UsageError:
+        raise
+    except Exception as exc:        # pyarrow: not a Parquet file
+        raise UsageError(f"{path}: not a readable {fmt} file ({type(exc).__name__})") from None
+    missing = [c for c in FACT_COLUMNS if c not in columns]
+    if missing:
+        raise UsageError(f"{path}: missing column{'s' if len(missing) > 1 else ''} "
+                         f"{', '.join(missing)} (need {', '.join(FACT_COLUMNS)})")
 
 
 _NUMBERS = ("msg_rate_in", "msg_rate_out", "msg_throughput_in", "msg_throughput_out")

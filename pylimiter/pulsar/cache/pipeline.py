@@ -33,7 +33,15 @@ from ..._cli import (
 from ...spark.progress import JobProgress
 from ...spark.report import command_line, plural
 from ...spark.rows import failure_row, schema, typed_row
-from ...spark.session import add_run_flags, preflight, spark_session, write_table
+from ...spark.session import (
+    add_run_flags,
+    check_executors,
+    job_description,
+    preflight,
+    run_conf,
+    spark_session,
+    write_table,
+)
 from .._settings import add_setting_flags, add_sweep_flag, setting_overrides
 from ._common import CacheSettings
 from .policies import POLICIES
@@ -167,8 +175,11 @@ def main(argv: Optional[Sequence[str]] = None, *, spark=None) -> int:
           + f" on {args.master if spark is None else 'the given session'}", flush=True)
     t0 = time.perf_counter()
     out = args.out
-    with spark_session(args.master, app_name="pylimiter-cache-sim", spark=spark, prog=PROG) as s:
+    with spark_session(args.master, app_name="pylimiter-cache-sim", spark=spark,
+                       conf=run_conf(args), prog=PROG) as s:
         sc = s.sparkContext
+        check_executors(s, ["pylimiter", "pylimiter.pulsar.cache.replay",
+                            "pylimiter.pulsar.cache.scan"])
         with JobProgress(sc, "replays", len(grid), enabled=not args.no_progress):
             rows = sc.parallelize(grid, len(grid)).mapPartitions(_replay_partition).collect()
         runs = s.createDataFrame(rows, schema(RESULT_FIELDS))
@@ -187,7 +198,9 @@ def main(argv: Optional[Sequence[str]] = None, *, spark=None) -> int:
         write_table(runs, out, "runs")
         write_table(summary, out, "summary")
         write_table(scan_df, out, "scan")
-        res = RunResult(summary=summary.toPandas(), scan=scan_df.toPandas(),
+        with job_description(sc, "cache: summary and idle passes to the driver"):
+            summary_pd, scan_pd = summary.toPandas(), scan_df.toPandas()
+        res = RunResult(summary=summary_pd, scan=scan_pd,
                         workloads=args.workloads, policies=args.policies, seeds=args.seeds,
                         scale=args.scale, settings=grid[0]["settings"] if grid
                         else settings_from(args))

@@ -29,7 +29,14 @@ from ..._cli import (
 from ...spark.progress import JobProgress
 from ...spark.report import command_line, plural
 from ...spark.rows import field_names, schema, typed_row
-from ...spark.session import add_run_flags, preflight, spark_session, write_table
+from ...spark.session import (
+    add_run_flags,
+    check_executors,
+    preflight,
+    run_conf,
+    spark_session,
+    write_table,
+)
 from .lifecycle import POLICIES
 from .replay import LIFETIME_FIELDS, SUMMARY_FIELDS, TABLES, Point, run_point
 from .report import RunResult, write_report
@@ -124,8 +131,9 @@ def main(argv: Sequence[str] | None = None, *, spark=None) -> int:
           f"({args.publish_min} min of {args.rate} msg/min each) on {args.master}", flush=True)
     t0 = time.perf_counter()
     with spark_session(args.master, app_name="pylimiter-cursor", spark=spark,
-                       prog=PROG) as session:
+                       conf=run_conf(args), prog=PROG) as session:
         sc = session.sparkContext
+        check_executors(session, ["pylimiter", "pylimiter.pulsar.cursor.replay"])
         rdd = sc.parallelize(list(enumerate(points)), len(points))
         with JobProgress(sc, "points", len(points), enabled=not args.no_progress):
             collected = sorted(rdd.mapPartitions(_run_partition).collect(), key=lambda r: r[0])
