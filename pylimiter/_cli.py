@@ -80,8 +80,22 @@ def make_parser(prog: str, description: str, **kw) -> argparse.ArgumentParser:
     return ap
 
 
+class _SubcommandParser(argparse.ArgumentParser):
+    """A sub-command's parser that refuses its own unknown flags: argparse
+    leaves them to the top parser, whose usage line then names the wrong
+    command (``usage: PROG [-h] [--version] COMMAND ...``)."""
+
+    def parse_known_args(self, args=None, namespace=None):
+        ns, extras = super().parse_known_args(args, namespace)
+        if extras:
+            self.error(f"unrecognized arguments: {' '.join(extras)}")
+        return ns, extras
+
+
 def subparsers(ap: argparse.ArgumentParser, **kw):
-    """Sub-commands whose parsers keep the same formatter."""
+    """Sub-commands whose parsers keep the same formatter and report their
+    own unknown flags with their own (short) usage."""
+    kw.setdefault("parser_class", _SubcommandParser)
     sub = ap.add_subparsers(**kw)
     original = sub.add_parser
 

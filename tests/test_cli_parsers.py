@@ -102,12 +102,12 @@ def test_help_still_lists_every_option(capsys):
     ("pylimiter.pulsar.topiclist.cli", ["broker", "--bogus"]),
 ])
 def test_unknown_flag_is_one_usage_line_and_the_error(name, argv, capsys):
-    # argparse reports a sub-command's unknown flags from the top parser,
-    # so its (one-line) usage is the one shown
+    # the sub-command's own usage, not the top parser's
     mod = _module(name)
     with pytest.raises(SystemExit) as exc:
         mod.main(argv)
     assert exc.value.code == 2
     lines = capsys.readouterr().err.strip().splitlines()
-    assert len(lines) == 2 and lines[0].startswith(f"usage: {mod.PROG} "), lines
-    assert lines[1] == f"{mod.PROG}: error: unrecognized arguments: --bogus"
+    command = " ".join([mod.PROG] + argv[:-1])
+    assert len(lines) == 2 and lines[0].startswith(f"usage: {command} "), lines
+    assert lines[1] == f"{command}: error: unrecognized arguments: --bogus"
