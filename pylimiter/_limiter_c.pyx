@@ -136,6 +136,7 @@ cdef extern from "_plim_binding.h":
                               Py_ssize_t lock_offset, void (*give_lock)(void *) noexcept) except -1
     void plim_leak_check(PyObject *permit_type, int on)
     int plim_forbid_new(object type, object msg) except -1
+    int plim_speed_special(object type, const char *name) except -1
 
 cdef extern from "Python.h":
     ctypedef long long PY_TIMEOUT_T
@@ -1530,6 +1531,11 @@ cdef _install_deallocs():
 
 
 _install_deallocs()
+# Before 3.14: `async with` and `with` bind these without a method object.
+for _cls, _name in ((_Request, b"__aenter__"), (_Request, b"__aexit__"),
+                    (AsyncSemaphore, b"__aenter__"), (AsyncSemaphore, b"__aexit__"),
+                    (SemaphorePermit, b"__enter__"), (SemaphorePermit, b"__exit__")):
+    plim_speed_special(_cls, _name)
 # Last: every object the module needed to make at import is made.
 plim_forbid_new(SemaphorePermit, contract.MSG_PERMIT_NOT_CONSTRUCTIBLE)
 plim_forbid_new(_Request, contract.MSG_REQUEST_NOT_CONSTRUCTIBLE)
