@@ -135,6 +135,9 @@ cdef extern from "_plim_binding.h":
                               PyObject *request_type, Py_ssize_t result_offset,
                               Py_ssize_t lock_offset, void (*give_lock)(void *) noexcept) except -1
     void plim_leak_check(PyObject *permit_type, int on)
+    int plim_install_permit_alloc(object permit_type, object plain_sem_type,
+                                  Py_ssize_t pending_offset) except -1
+    object plim_permit_new(object sem, int64_t n)
     int plim_forbid_new(object type, object msg) except -1
     int plim_speed_special(object type, const char *name) except -1
 
@@ -146,6 +149,7 @@ cdef extern from "Python.h":
     int PyContext_Enter(object ctx) except -1
     int PyContext_Exit(object ctx) except -1
     void PyErr_WriteUnraisable(object obj)
+    void PyObject_GC_UnTrack(void *op)
 
 cdef extern from "pythread.h":
     ctypedef void *PyThread_type_lock
@@ -244,7 +248,6 @@ cdef void _give_lock(void *lock) noexcept:
 # Permits and waiters
 # --------------------------------------------------------------------------
 
-@cython.freelist(256)
 @cython.final
 cdef class SemaphorePermit:
     """Permits held from one AsyncSemaphore.
@@ -301,6 +304,12 @@ cdef int _warn_leaked(PyObject *sem, int64_t n) except -1:
 
 
 cdef inline SemaphorePermit _new_permit(AsyncSemaphore sem, int64_t n):
+    # plim_permit_new (_plim_binding.h): from the binding's freelist, and
+    # GC-tracked only where it may close a cycle.
+    return <SemaphorePermit>plim_permit_new(sem, n)
+
+
+cdef inline SemaphorePermit _probe_permit(AsyncSemaphore sem, int64_t n):
     cdef SemaphorePermit p = SemaphorePermit.__new__(SemaphorePermit)
     p._sem = sem
     p._permits = n
@@ -1519,9 +1528,15 @@ cdef Py_ssize_t _offset_of(object obj, object value) except -1:
 
 cdef _install_deallocs():
     cdef AsyncSemaphore probe_sem = AsyncSemaphore(1)
-    cdef SemaphorePermit probe = _new_permit(probe_sem, 0)
+    cdef SemaphorePermit probe = _probe_permit(probe_sem, 0)
     cdef _Request req = _new_request(probe_sem, None, 0, None, None)
     req.permit = probe
+    probe._pending = req
+    plim_install_permit_alloc(SemaphorePermit, AsyncSemaphore, _offset_of(probe, req))
+    probe._pending = None
+    # Made by Cython's tp_new, so tracked; a permit of a plain AsyncSemaphore
+    # must not be, for plim_permit_dealloc (which untracks only the others).
+    PyObject_GC_UnTrack(<PyObject *>probe)
     plim_install_deallocs(<PyObject *>SemaphorePermit,
                           <char *>&probe._permits - <char *><PyObject *>probe,
                           _offset_of(probe, probe_sem), _warn_leaked,
@@ -1532,10 +1547,12 @@ cdef _install_deallocs():
 
 _install_deallocs()
 # Before 3.14: `async with` and `with` bind these without a method object.
-for _cls, _name in ((_Request, b"__aenter__"), (_Request, b"__aexit__"),
-                    (AsyncSemaphore, b"__aenter__"), (AsyncSemaphore, b"__aexit__"),
-                    (SemaphorePermit, b"__enter__"), (SemaphorePermit, b"__exit__")):
-    plim_speed_special(_cls, _name)
+plim_speed_special(_Request, b"__aenter__")
+plim_speed_special(_Request, b"__aexit__")
+plim_speed_special(AsyncSemaphore, b"__aenter__")
+plim_speed_special(AsyncSemaphore, b"__aexit__")
+plim_speed_special(SemaphorePermit, b"__enter__")
+plim_speed_special(SemaphorePermit, b"__exit__")
 # Last: every object the module needed to make at import is made.
 plim_forbid_new(SemaphorePermit, contract.MSG_PERMIT_NOT_CONSTRUCTIBLE)
 plim_forbid_new(_Request, contract.MSG_REQUEST_NOT_CONSTRUCTIBLE)
