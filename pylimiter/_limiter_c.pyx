@@ -120,6 +120,15 @@ cdef extern from "plim.h" nogil:
     int plim_close(plim_sem_t *sem, plim_batch_t *b)
     int plim_set_max(plim_sem_t *sem, int64_t max, plim_batch_t *b)
 
+# The same fast paths inline (plim_sem.c's exported ones are made of these):
+# the uncontended acquire and release make no call into the core.
+cdef extern from "plim_fast.h":
+    void plim_batch_init_inline(plim_batch_t *b)
+    int64_t plim_max_inline(plim_sem_t *sem)
+    int plim_closed_inline(plim_sem_t *sem)
+    int plim_try_acquire_inline(plim_sem_t *sem, int64_t n)
+    int plim_release_inline(plim_sem_t *sem, int64_t n, plim_batch_t *b)
+
 cdef extern from "_plim_binding.h":
     ctypedef PyObject *(*plim_advance_fn)(PyObject *self, int *status)
     enum:
@@ -794,7 +803,7 @@ cdef class _Request:
             self._stage = STAGE_WAITING
             if not self.is_update and self.check is None:
                 # plim_try_acquire: no waiter, no lock, no clock.
-                if plim_try_acquire(&sem._sem, self._n) == PLIM_OK:
+                if plim_try_acquire_inline(&sem._sem, self._n) == PLIM_OK:
                     sem._acquired_total += 1
                     sem._wait_counts[0] += 1
                     self._stage = STAGE_DONE
@@ -1008,7 +1017,7 @@ cdef class AsyncSemaphore:
         if type(permits) is int:
             v = PyLong_AsLongLongAndOverflow(permits, &overflow)
             if not overflow and 0 <= v <= PLIM_MAX_PERMITS:
-                if not self._bounded or v <= plim_max(&self._sem):
+                if not self._bounded or v <= plim_max_inline(&self._sem):
                     return v
         # Rare: let the shared checker pick the right exception and message.
         return contract.check_permits(permits, self._max_cfg, self._bounded)
@@ -1037,7 +1046,7 @@ cdef class AsyncSemaphore:
         t = self._resolve_timeout(timeout)
         if is_cancelled is not None:
             contract.check_is_cancelled(is_cancelled)
-        if plim_closed(&self._sem):
+        if plim_closed_inline(&self._sem):
             raise contract.closed_error()
         return _new_request(self, None, n, t, is_cancelled)
 
@@ -1059,7 +1068,7 @@ cdef class AsyncSemaphore:
         cdef int64_t n = self._check_n(permits)
         t = self._resolve_timeout(timeout)
         if is_cancelled is None:
-            if plim_try_acquire(&self._sem, n) == PLIM_OK:
+            if plim_try_acquire_inline(&self._sem, n) == PLIM_OK:
                 self._acquired_total += 1
                 self._wait_counts[0] += 1
                 return _new_permit(self, n)
@@ -1081,7 +1090,7 @@ cdef class AsyncSemaphore:
         Never waits and never overtakes queued requests."""
         self._ok()
         cdef int64_t n = self._check_n(permits)
-        cdef int rc = plim_try_acquire(&self._sem, n)
+        cdef int rc = plim_try_acquire_inline(&self._sem, n)
         if rc == PLIM_OK:
             self._acquired_total += 1
             self._wait_counts[0] += 1
@@ -1105,12 +1114,12 @@ cdef class AsyncSemaphore:
         if n == 0:
             return
         p._permits = 0
-        plim_batch_init(&b)
+        plim_batch_init_inline(&b)
         if p._pending is not None and p._pending.node.state == PLIM_W_QUEUED:
             # Its update now has to take the whole new size.
             plim_release_growing(&self._sem, n, &p._pending.node, &b)
         else:
-            plim_release(&self._sem, n, &b)
+            plim_release_inline(&self._sem, n, &b)
         if b.done_head != NULL or b.check != NULL:
             self._settle(&b)
 
@@ -1127,8 +1136,8 @@ cdef class AsyncSemaphore:
         if self._anon <= 0:
             raise RuntimeError(contract.MSG_ANON_EXIT)
         self._anon -= 1
-        plim_batch_init(&b)
-        plim_release(&self._sem, 1, &b)
+        plim_batch_init_inline(&b)
+        plim_release_inline(&self._sem, 1, &b)
         if b.done_head != NULL or b.check != NULL:
             self._settle(&b)
         return _DONE
