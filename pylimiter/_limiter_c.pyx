@@ -1108,7 +1108,7 @@ cdef class AsyncSemaphore:
             self._check_permit(permit)
         self._release(<SemaphorePermit>permit)
 
-    cdef _release(self, SemaphorePermit p):
+    cdef inline _release(self, SemaphorePermit p):
         cdef plim_batch_t b
         cdef int64_t n = p._permits
         if n == 0:
