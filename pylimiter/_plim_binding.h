@@ -653,6 +653,24 @@ static void plim_bound_dealloc(PyObject *o)
     Py_XDECREF(descr);
 }
 
+/* Equal when bound to the same object by the same descriptor, as builtin
+ * methods are (remove_done_callback(req.__aexit__) finds it again). */
+static PyObject *plim_bound_richcompare(PyObject *a, PyObject *b, int op)
+{
+    if ((op != Py_EQ && op != Py_NE) || !Py_IS_TYPE(b, &plim_bound_type))
+        Py_RETURN_NOTIMPLEMENTED;
+    plim_bound_t *x = (plim_bound_t *)a, *y = (plim_bound_t *)b;
+    int eq = x->descr == y->descr && x->self == y->self;
+    return PyBool_FromLong(op == Py_EQ ? eq : !eq);
+}
+
+static Py_hash_t plim_bound_hash(PyObject *o)
+{
+    plim_bound_t *b = (plim_bound_t *)o;
+    Py_hash_t h = (Py_hash_t)(((uintptr_t)b->self >> 4) ^ (((uintptr_t)b->descr >> 4) * 1000003u));
+    return h == -1 ? -2 : h;
+}
+
 static PyObject *plim_bound_get_self(PyObject *o, void *c)
 {
     (void)c;
@@ -710,6 +728,8 @@ static PyTypeObject plim_bound_type = {
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
     .tp_traverse = plim_bound_traverse,
     .tp_getset = plim_bound_getset,
+    .tp_richcompare = plim_bound_richcompare,
+    .tp_hash = plim_bound_hash,
 };
 #endif
 

@@ -194,6 +194,12 @@ def test_bound_special_methods_behave_as_methods():
         with (await sem.acquire(2)) as p:
             assert p.permits == 2
         assert sem.acquired_permits == 0
+        # Equal (and hashed alike) when bound to one object, as methods are.
+        assert req.__aexit__ == req.__aexit__ and req.__aexit__ != sem.acquire(1).__aexit__
+        assert hash(req.__aexit__) == hash(req.__aexit__)
+        other = sem.acquire(1)
+        other.add_done_callback(other.__aexit__)
+        assert other.remove_done_callback(other.__aexit__) == 1
         # Unbound access through the class gives the descriptor itself.
         assert type(req).__dict__["__aexit__"].__get__(None, type(req)) is \
             type(req).__dict__["__aexit__"]
