@@ -149,6 +149,7 @@ cdef extern from "_plim_binding.h":
     object plim_permit_new(object sem, int64_t n)
     int plim_forbid_new(object type, object msg) except -1
     int plim_speed_special(object type, const char *name) except -1
+    long long plim_as_longlong(object o, int *overflow) except? -1
 
 cdef extern from "Python.h":
     ctypedef long long PY_TIMEOUT_T
@@ -1015,7 +1016,7 @@ cdef class AsyncSemaphore:
         cdef int overflow = 0
         cdef long long v
         if type(permits) is int:
-            v = PyLong_AsLongLongAndOverflow(permits, &overflow)
+            v = plim_as_longlong(permits, &overflow)
             if not overflow and 0 <= v <= PLIM_MAX_PERMITS:
                 if not self._bounded or v <= plim_max_inline(&self._sem):
                     return v
