@@ -57,7 +57,7 @@ static int64_t plim_monotonic_ns(void)
  * 3.12+'s inline read of a compact (one-digit) int first: the permits
  * argument of every acquire is one, and the call was a few percent of an
  * uncontended acquire. */
-static inline long long plim_as_longlong(PyObject *o, int *overflow)
+Py_LOCAL_INLINE(long long) plim_as_longlong(PyObject *o, int *overflow)
 {
 #if PY_VERSION_HEX >= 0x030C0000 && !defined(Py_LIMITED_API)
     if (PyUnstable_Long_IsCompact((PyLongObject *)o)) {
@@ -282,7 +282,7 @@ static void plim_permit_release_memory(PyObject *o)
 }
 
 /* plim_permit_new: a new permit of `sem` holding n (a new reference). */
-static inline PyObject *plim_permit_new(PyObject *sem, int64_t n)
+Py_LOCAL_INLINE(PyObject *) plim_permit_new(PyObject *sem, int64_t n)
 {
     PyTypeObject *tp = plim_permit_type;
     PyObject *o;
