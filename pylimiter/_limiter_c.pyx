@@ -120,6 +120,15 @@ cdef extern from "plim.h" nogil:
     int plim_close(plim_sem_t *sem, plim_batch_t *b)
     int plim_set_max(plim_sem_t *sem, int64_t max, plim_batch_t *b)
 
+# The same fast paths inline (plim_sem.c's exported ones are made of these):
+# the uncontended acquire and release make no call into the core.
+cdef extern from "plim_fast.h":
+    void plim_batch_init_inline(plim_batch_t *b)
+    int64_t plim_max_inline(plim_sem_t *sem)
+    int plim_closed_inline(plim_sem_t *sem)
+    int plim_try_acquire_inline(plim_sem_t *sem, int64_t n)
+    int plim_release_inline(plim_sem_t *sem, int64_t n, plim_batch_t *b)
+
 cdef extern from "_plim_binding.h":
     ctypedef PyObject *(*plim_advance_fn)(PyObject *self, int *status)
     enum:
@@ -135,7 +144,12 @@ cdef extern from "_plim_binding.h":
                               PyObject *request_type, Py_ssize_t result_offset,
                               Py_ssize_t lock_offset, void (*give_lock)(void *) noexcept) except -1
     void plim_leak_check(PyObject *permit_type, int on)
+    int plim_install_permit_alloc(object permit_type, object plain_sem_type,
+                                  Py_ssize_t pending_offset) except -1
+    object plim_permit_new(object sem, int64_t n)
     int plim_forbid_new(object type, object msg) except -1
+    int plim_speed_special(object type, const char *name) except -1
+    long long plim_as_longlong(object o, int *overflow) except? -1
 
 cdef extern from "Python.h":
     ctypedef long long PY_TIMEOUT_T
@@ -145,6 +159,7 @@ cdef extern from "Python.h":
     int PyContext_Enter(object ctx) except -1
     int PyContext_Exit(object ctx) except -1
     void PyErr_WriteUnraisable(object obj)
+    void PyObject_GC_UnTrack(void *op)
 
 cdef extern from "pythread.h":
     ctypedef void *PyThread_type_lock
@@ -242,7 +257,6 @@ cdef void _give_lock(void *lock) noexcept:
 # Permits and waiters
 # --------------------------------------------------------------------------
 
-@cython.freelist(256)
 @cython.final
 cdef class SemaphorePermit:
     """Permits held from one AsyncSemaphore.
@@ -299,6 +313,12 @@ cdef int _warn_leaked(PyObject *sem, int64_t n) except -1:
 
 
 cdef inline SemaphorePermit _new_permit(AsyncSemaphore sem, int64_t n):
+    # plim_permit_new (_plim_binding.h): from the binding's freelist, and
+    # GC-tracked only where it may close a cycle.
+    return <SemaphorePermit>plim_permit_new(sem, n)
+
+
+cdef inline SemaphorePermit _probe_permit(AsyncSemaphore sem, int64_t n):
     cdef SemaphorePermit p = SemaphorePermit.__new__(SemaphorePermit)
     p._sem = sem
     p._permits = n
@@ -783,7 +803,7 @@ cdef class _Request:
             self._stage = STAGE_WAITING
             if not self.is_update and self.check is None:
                 # plim_try_acquire: no waiter, no lock, no clock.
-                if plim_try_acquire(&sem._sem, self._n) == PLIM_OK:
+                if plim_try_acquire_inline(&sem._sem, self._n) == PLIM_OK:
                     sem._acquired_total += 1
                     sem._wait_counts[0] += 1
                     self._stage = STAGE_DONE
@@ -995,9 +1015,9 @@ cdef class AsyncSemaphore:
         cdef int overflow = 0
         cdef long long v
         if type(permits) is int:
-            v = PyLong_AsLongLongAndOverflow(permits, &overflow)
+            v = plim_as_longlong(permits, &overflow)
             if not overflow and 0 <= v <= PLIM_MAX_PERMITS:
-                if not self._bounded or v <= plim_max(&self._sem):
+                if not self._bounded or v <= plim_max_inline(&self._sem):
                     return v
         # Rare: let the shared checker pick the right exception and message.
         return contract.check_permits(permits, self._max_cfg, self._bounded)
@@ -1026,7 +1046,7 @@ cdef class AsyncSemaphore:
         t = self._resolve_timeout(timeout)
         if is_cancelled is not None:
             contract.check_is_cancelled(is_cancelled)
-        if plim_closed(&self._sem):
+        if plim_closed_inline(&self._sem):
             raise contract.closed_error()
         return _new_request(self, None, n, t, is_cancelled)
 
@@ -1048,7 +1068,7 @@ cdef class AsyncSemaphore:
         cdef int64_t n = self._check_n(permits)
         t = self._resolve_timeout(timeout)
         if is_cancelled is None:
-            if plim_try_acquire(&self._sem, n) == PLIM_OK:
+            if plim_try_acquire_inline(&self._sem, n) == PLIM_OK:
                 self._acquired_total += 1
                 self._wait_counts[0] += 1
                 return _new_permit(self, n)
@@ -1070,7 +1090,7 @@ cdef class AsyncSemaphore:
         Never waits and never overtakes queued requests."""
         self._ok()
         cdef int64_t n = self._check_n(permits)
-        cdef int rc = plim_try_acquire(&self._sem, n)
+        cdef int rc = plim_try_acquire_inline(&self._sem, n)
         if rc == PLIM_OK:
             self._acquired_total += 1
             self._wait_counts[0] += 1
@@ -1088,18 +1108,18 @@ cdef class AsyncSemaphore:
             self._check_permit(permit)
         self._release(<SemaphorePermit>permit)
 
-    cdef _release(self, SemaphorePermit p):
+    cdef inline _release(self, SemaphorePermit p):
         cdef plim_batch_t b
         cdef int64_t n = p._permits
         if n == 0:
             return
         p._permits = 0
-        plim_batch_init(&b)
+        plim_batch_init_inline(&b)
         if p._pending is not None and p._pending.node.state == PLIM_W_QUEUED:
             # Its update now has to take the whole new size.
             plim_release_growing(&self._sem, n, &p._pending.node, &b)
         else:
-            plim_release(&self._sem, n, &b)
+            plim_release_inline(&self._sem, n, &b)
         if b.done_head != NULL or b.check != NULL:
             self._settle(&b)
 
@@ -1116,8 +1136,8 @@ cdef class AsyncSemaphore:
         if self._anon <= 0:
             raise RuntimeError(contract.MSG_ANON_EXIT)
         self._anon -= 1
-        plim_batch_init(&b)
-        plim_release(&self._sem, 1, &b)
+        plim_batch_init_inline(&b)
+        plim_release_inline(&self._sem, 1, &b)
         if b.done_head != NULL or b.check != NULL:
             self._settle(&b)
         return _DONE
@@ -1517,9 +1537,15 @@ cdef Py_ssize_t _offset_of(object obj, object value) except -1:
 
 cdef _install_deallocs():
     cdef AsyncSemaphore probe_sem = AsyncSemaphore(1)
-    cdef SemaphorePermit probe = _new_permit(probe_sem, 0)
+    cdef SemaphorePermit probe = _probe_permit(probe_sem, 0)
     cdef _Request req = _new_request(probe_sem, None, 0, None, None)
     req.permit = probe
+    probe._pending = req
+    plim_install_permit_alloc(SemaphorePermit, AsyncSemaphore, _offset_of(probe, req))
+    probe._pending = None
+    # Made by Cython's tp_new, so tracked; a permit of a plain AsyncSemaphore
+    # must not be, for plim_permit_dealloc (which untracks only the others).
+    PyObject_GC_UnTrack(<PyObject *>probe)
     plim_install_deallocs(<PyObject *>SemaphorePermit,
                           <char *>&probe._permits - <char *><PyObject *>probe,
                           _offset_of(probe, probe_sem), _warn_leaked,
@@ -1529,6 +1555,13 @@ cdef _install_deallocs():
 
 
 _install_deallocs()
+# Before 3.14: `async with` and `with` bind these without a method object.
+plim_speed_special(_Request, b"__aenter__")
+plim_speed_special(_Request, b"__aexit__")
+plim_speed_special(AsyncSemaphore, b"__aenter__")
+plim_speed_special(AsyncSemaphore, b"__aexit__")
+plim_speed_special(SemaphorePermit, b"__enter__")
+plim_speed_special(SemaphorePermit, b"__exit__")
 # Last: every object the module needed to make at import is made.
 plim_forbid_new(SemaphorePermit, contract.MSG_PERMIT_NOT_CONSTRUCTIBLE)
 plim_forbid_new(_Request, contract.MSG_REQUEST_NOT_CONSTRUCTIBLE)

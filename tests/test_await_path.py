@@ -2,10 +2,13 @@
 no frame of the binding in its traceback; ``async with`` exits through an
 already-completed awaitable, not a coroutine; from 3.12 the C await reuses
 one StopIteration while nobody else holds it, and never touches one that is
-held."""
+held; before 3.14 ``async with`` and ``with`` bind the C types' special
+methods without a builtin-method object, and those bindings behave as
+methods do."""
 
 from __future__ import annotations
 
+import gc
 import inspect
 import sys
 import traceback
@@ -130,3 +133,94 @@ def test_a_held_stopiteration_is_never_reused():
     assert p2 is not p1 and p2.permits == 1
     sem.release(p1)
     sem.release(p2)
+
+
+# Before 3.14, BEFORE_(ASYNC_)WITH binds __(a)enter__/__(a)exit__ through the
+# descriptor: the binding's own (_plim_binding.h, plim_speed_special) makes
+# no builtin-method object.  3.14's LOAD_SPECIAL binds nothing: Cython's
+# method descriptors stay.
+SPECIALS = (("_Request", "__aenter__"), ("_Request", "__aexit__"),
+            ("AsyncSemaphore", "__aenter__"), ("AsyncSemaphore", "__aexit__"),
+            ("SemaphorePermit", "__enter__"), ("SemaphorePermit", "__exit__"))
+OWN_SPECIALS = sys.version_info < (3, 14)
+
+
+@pytest.mark.c_extension
+@pytest.mark.parametrize("cls,name", SPECIALS)
+def test_special_methods_are_bound_by_the_binding_before_314(cls, name):
+    descr = getattr(C.module, cls).__dict__[name]
+    if OWN_SPECIALS:
+        assert type(descr).__name__ == "special_method"
+    else:
+        assert type(descr).__name__ == "method_descriptor"
+    assert descr.__name__ == name
+    assert descr.__qualname__ == f"{cls}.{name}"
+    assert name in descr.__doc__
+    assert name in repr(descr)
+
+
+@pytest.mark.c_extension
+def test_bound_special_methods_behave_as_methods():
+    mod = C.module
+    sem = mod.AsyncSemaphore(2)
+
+    async def main():
+        req = sem.acquire(1)
+        enter = req.__aenter__
+        assert enter.__self__ is req and enter.__name__ == "__aenter__"
+        assert "__aenter__" in repr(enter) and enter.__doc__
+        if OWN_SPECIALS:
+            assert type(enter).__name__ == "bound_special_method"
+            assert gc.is_tracked(enter)       # its self may sit on a cycle
+        with pytest.raises(TypeError):
+            enter(1)
+        with pytest.raises(TypeError):
+            enter(x=1)
+        with pytest.raises(TypeError):
+            req.__aexit__(None)
+        with pytest.raises(TypeError):        # bound to another type's object
+            type(req).__dict__["__aexit__"].__get__(sem)
+        with pytest.raises(TypeError):        # called unbound with another self
+            type(req).__aexit__(sem, None, None, None)
+        permit = await type(req).__aenter__(req)
+        assert permit.permits == 1 and sem.acquired_permits == 1
+        assert await type(req).__aexit__(req, None, None, None) is None
+        assert sem.acquired_permits == 0
+        # Keyword arguments reach the method (the generic path).
+        req = sem.acquire(1)
+        permit = await req
+        assert await req.__aexit__(exc_type=None, exc=None, tb=None) is None
+        assert permit.permits == 0
+        with (await sem.acquire(2)) as p:
+            assert p.permits == 2
+        assert sem.acquired_permits == 0
+        # Equal (and hashed alike) when bound to one object, as methods are.
+        assert req.__aexit__ == req.__aexit__ and req.__aexit__ != sem.acquire(1).__aexit__
+        assert hash(req.__aexit__) == hash(req.__aexit__)
+        other = sem.acquire(1)
+        other.add_done_callback(other.__aexit__)
+        assert other.remove_done_callback(other.__aexit__) == 1
+        # Unbound access through the class gives the descriptor itself.
+        assert type(req).__dict__["__aexit__"].__get__(None, type(req)) is \
+            type(req).__dict__["__aexit__"]
+
+    run(main())
+
+
+@pytest.mark.c_extension
+def test_a_cycle_through_a_bound_special_method_is_collected():
+    Request = C.module._Request
+    sem = C.module.AsyncSemaphore(2)
+
+    def alive():
+        return sum(type(o) is Request for o in gc.get_objects())
+
+    gc.collect()
+    before = alive()
+    for _ in range(10):
+        req = sem.acquire(1)
+        req.add_done_callback(req.__aexit__)   # req -> callback -> bound -> req
+    del req
+    assert alive() >= before + 10
+    gc.collect()
+    assert alive() == before
