@@ -154,6 +154,20 @@ MSG_LEAKED = (
 MSG_ANON_EXIT = "pylimiter: 'async with semaphore' exited more often than it entered"
 
 
+MSG_NEVER_AWAITED = (
+    "pylimiter: an {} request of {!r} for {} permit(s) was never awaited; "
+    "await it (or use it with `async with`), or close() it"
+)
+
+
+def warn_never_awaited(sem: object, permits: int, is_update: bool) -> None:
+    """The RuntimeWarning for a request collected before it was awaited,
+    started or closed: as for a never-awaited coroutine, since a forgotten
+    ``await`` otherwise passes silently (no permit is taken)."""
+    kind = "update" if is_update else "acquire"
+    warnings.warn(MSG_NEVER_AWAITED.format(kind, sem, permits), RuntimeWarning, stacklevel=2)
+
+
 def warn_leaked_permit(sem: object, permits: int) -> None:
     """The ResourceWarning for a permit collected while it still holds
     permits (the pure twin's SemaphorePermit.__del__; the C twin raises the

@@ -144,6 +144,10 @@ cdef extern from "_plim_binding.h":
                               PyObject *request_type, Py_ssize_t result_offset,
                               Py_ssize_t lock_offset, void (*give_lock)(void *) noexcept) except -1
     void plim_leak_check(PyObject *permit_type, int on)
+    void plim_install_forgotten(Py_ssize_t stage_offset, Py_ssize_t blocking_offset,
+                                Py_ssize_t update_offset, Py_ssize_t n_offset,
+                                Py_ssize_t sem_offset,
+                                int (*forgotten)(PyObject *, int64_t, int) except -1)
     int plim_install_permit_alloc(object permit_type, object plain_sem_type,
                                   Py_ssize_t pending_offset) except -1
     object plim_permit_new(object sem, int64_t n)
@@ -309,6 +313,13 @@ cdef int _warn_leaked(PyObject *sem, int64_t n) except -1:
     # exception (-W error) is left set for the hook, which reports it as
     # unraisable (PyErr_WriteUnraisable needs it set: Py_DEBUG asserts so).
     contract.warn_leaked_permit(<object>sem, n)
+    return 0
+
+
+cdef int _warn_forgotten(PyObject *sem, int64_t n, int is_update) except -1:
+    # From the request's deallocator (plim_request_dealloc), after the
+    # request is gone; an exception is left set for the hook (as above).
+    contract.warn_never_awaited(<object>sem, n, is_update)
     return 0
 
 
@@ -1552,6 +1563,14 @@ cdef _install_deallocs():
                           <PyObject *>_Request, _offset_of(req, probe),
                           <char *>&req.lock - <char *><PyObject *>req, _give_lock)
     req.permit = None
+    if sizeof(RequestStage) != sizeof(int) or <int>STAGE_CREATED != 0:
+        raise RuntimeError("pylimiter: the request's stage is not an int starting at 0")
+    plim_install_forgotten(<char *>&req._stage - <char *><PyObject *>req,
+                           <char *>&req.blocking - <char *><PyObject *>req,
+                           <char *>&req.is_update - <char *><PyObject *>req,
+                           <char *>&req._n - <char *><PyObject *>req,
+                           _offset_of(req, probe_sem), _warn_forgotten)
+    req._stage = STAGE_DONE   # the probe was never awaited, by design
 
 
 _install_deallocs()

@@ -82,6 +82,7 @@ from ._common import (
     uninitialised_error,
     uninitialised_repr,
     warn_leaked_permit,
+    warn_never_awaited,
 )
 from ._dual import DualMemoryLimiterBase, DualMemoryPermit
 
@@ -482,6 +483,10 @@ class _Request(NoCopy, ReleasingRequest[SemaphorePermit]):
 
     def __new__(cls, *args: object, **kwargs: object) -> _Request:
         raise TypeError(MSG_REQUEST_NOT_CONSTRUCTIBLE)
+
+    def __del__(self) -> None:
+        if self._stage == 0:
+            warn_never_awaited(self._sem, self._n, self._permit is not None)
 
     def __await__(self) -> Generator[Any, None, SemaphorePermit]:
         if self._stage:

@@ -342,10 +342,34 @@ static Py_ssize_t plim_request_result_offset = 0; /* its permit: the result, onc
 static Py_ssize_t plim_request_lock_offset = 0;   /* a blocking wait's lock */
 static void (*plim_give_lock)(void *lock) = NULL; /* back to the binding's pool */
 
+/* A request collected before anyone awaited, started or closed it (a
+ * forgotten `await`): the RuntimeWarning a never-awaited coroutine gets.
+ * What the warning needs is read out of the request before it is freed and
+ * the warning raised after, as for a leaked permit.  Blocking waits make
+ * requests that are never awaited by design: they are marked `blocking`. */
+static Py_ssize_t plim_request_stage_offset = 0;    /* int; 0 is STAGE_CREATED */
+static Py_ssize_t plim_request_blocking_offset = 0; /* int (bint) */
+static Py_ssize_t plim_request_update_offset = 0;   /* int (bint) */
+static Py_ssize_t plim_request_n_offset = 0;        /* int64_t */
+static Py_ssize_t plim_request_sem_offset = 0;      /* PyObject *semaphore */
+/* Cython: emits the warning (-1: raised, e.g. under -W error). */
+static int (*plim_request_forgotten)(PyObject *sem, int64_t n, int is_update) = NULL;
+
 static void plim_request_dealloc(PyObject *o)
 {
     PyObject *result = *(PyObject **)((char *)o + plim_request_result_offset);
     void **lock = (void **)((char *)o + plim_request_lock_offset);
+    PyObject *forgotten = NULL;   /* the semaphore of a never-awaited request */
+    int64_t n = 0;
+    int is_update = 0;
+    if (plim_request_forgotten != NULL
+        && *(int *)((char *)o + plim_request_stage_offset) == 0
+        && !*(int *)((char *)o + plim_request_blocking_offset)) {
+        forgotten = *(PyObject **)((char *)o + plim_request_sem_offset);
+        Py_XINCREF(forgotten);
+        n = *(int64_t *)((char *)o + plim_request_n_offset);
+        is_update = *(int *)((char *)o + plim_request_update_offset);
+    }
     /* The cached StopIteration's reference to our permit, if it still has
      * one: taken now, dropped once the request is gone (dropping it may
      * free the permit, and a leaked permit's warning runs Python code). */
@@ -358,6 +382,34 @@ static void plim_request_dealloc(PyObject *o)
     }
     plim_request_base_dealloc(o);
     Py_XDECREF(drop);
+    if (forgotten == NULL)
+        return;
+#if PY_VERSION_HEX >= 0x030C0000
+    PyObject *exc = PyErr_GetRaisedException();
+    if (plim_request_forgotten(forgotten, n, is_update) < 0)
+        PyErr_WriteUnraisable(forgotten);
+    PyErr_SetRaisedException(exc);
+#else
+    PyObject *et, *ev, *tb;
+    PyErr_Fetch(&et, &ev, &tb);
+    if (plim_request_forgotten(forgotten, n, is_update) < 0)
+        PyErr_WriteUnraisable(forgotten);
+    PyErr_Restore(et, ev, tb);
+#endif
+    Py_DECREF(forgotten);
+}
+
+static void plim_install_forgotten(Py_ssize_t stage_offset, Py_ssize_t blocking_offset,
+                                   Py_ssize_t update_offset, Py_ssize_t n_offset,
+                                   Py_ssize_t sem_offset,
+                                   int (*forgotten)(PyObject *, int64_t, int))
+{
+    plim_request_stage_offset = stage_offset;
+    plim_request_blocking_offset = blocking_offset;
+    plim_request_update_offset = update_offset;
+    plim_request_n_offset = n_offset;
+    plim_request_sem_offset = sem_offset;
+    plim_request_forgotten = forgotten;
 }
 
 static int plim_install_deallocs(PyObject *permit_type, Py_ssize_t count_offset,

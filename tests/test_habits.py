@@ -267,3 +267,47 @@ def test_dual_limiter_timeout_names_the_pool_default(mod, arun):
 
     arun(main())
     lim.release(held)
+
+
+# ---- a request never awaited warns, as a coroutine does ------------------------
+
+
+def test_request_never_awaited_warns_at_collection(make_sem):
+    sem = make_sem(4)
+    held = sem.try_acquire(1)
+    with pytest.warns(RuntimeWarning, match=r"an acquire request of .* for 2 permit\(s\) "
+                                            r"was never awaited"):
+        sem.acquire(2)
+        gc.collect()
+    with pytest.warns(RuntimeWarning, match=r"an update request .* for 3 permit\(s\) "
+                                            r"was never awaited"):
+        sem.update(held, 3)
+        gc.collect()
+    assert sem.acquired_permits == 1   # nothing was taken
+    sem.release(held)
+
+
+def test_awaited_closed_or_entered_requests_do_not_warn(make_sem, arun):
+    sem = make_sem(2)
+
+    async def main():
+        sem.release(await sem.acquire(1))
+        async with sem.acquire(1):
+            pass
+        async with sem:
+            pass
+        sem.acquire(1).close()                        # what a coroutine's close() does
+        task = asyncio.ensure_future(sem.acquire(1))  # started by the task
+        sem.release(await task)
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        arun(main())
+        gc.collect()
+
+
+def test_dual_request_never_awaited_warns(mod):
+    lim = mod.AsyncDualMemoryLimiter(10, 10)
+    with pytest.warns(RuntimeWarning, match="never awaited"):
+        lim.acquire(5, LimitType.DIRECT_MEMORY)
+        gc.collect()

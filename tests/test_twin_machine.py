@@ -23,7 +23,10 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 
 from pylimiter._impls import PY, C
 
-pytestmark = pytest.mark.c_extension
+# Requests are made and dropped unawaited on purpose here (misuse, traces);
+# both twins warn for each (tests/test_habits.py checks that warning).
+pytestmark = [pytest.mark.c_extension,
+              pytest.mark.filterwarnings("ignore:pylimiter.*was never awaited:RuntimeWarning")]
 
 HOSTILE = [-1, 2**63, 2**64, -2**63, True, None, "1", 1.0, math.nan, math.inf,
            -math.inf, [], 0.5]
