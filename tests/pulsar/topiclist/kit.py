@@ -59,6 +59,14 @@ async def ahttp(method, url, body=None, *, raw: bytes = None):
     return await asyncio.to_thread(http, method, url, body, raw=raw)
 
 
+def run_bounded(coro, timeout: float = 120.0):
+    """asyncio.run(coro), failing after ``timeout`` s (with the await it was
+    stuck in) instead of hanging the suite."""
+    async def bounded():
+        return await asyncio.wait_for(coro, timeout)
+    return asyncio.run(bounded())
+
+
 async def until(pred, timeout=10.0, what="condition"):
     t0 = time.monotonic()
     while not pred():

@@ -18,6 +18,8 @@ from pathlib import Path
 
 import pytest
 
+from .kit import run_bounded
+
 from pylimiter.pulsar.topiclist.cli import NEEDS  # noqa: E402  (the extra's modules)
 
 for _module in NEEDS:
@@ -124,7 +126,7 @@ def test_requests_over_the_connection_cap_are_refused_at_once_holding_nothing():
             s = b.stats()
             assert (s["responses"], s["too_many_requests"]) == (5, 6) and outcomes_add_up(b)
             assert s["guards"]["refused_over_request_cap"] == 6
-    asyncio.run(main())
+    run_bounded(main())
 
 
 def test_a_client_that_does_not_read_is_closed_at_the_write_deadline_despite_pings():
@@ -151,7 +153,7 @@ def test_a_client_that_does_not_read_is_closed_at_the_write_deadline_despite_pin
             w.transport.abort()
             assert_all_back(b)
             assert outcomes_add_up(b)
-    asyncio.run(main())
+    run_bounded(main())
 
 
 def test_a_slow_reader_within_the_deadline_is_served():
@@ -167,7 +169,7 @@ def test_a_slow_reader_within_the_deadline_is_served():
             assert len(resp.getTopicsOfNamespaceResponse.topics) == 20_000
             assert b.stats()["guards"]["write_timeouts"] == 0
             w.close()
-    asyncio.run(main())
+    run_bounded(main())
 
 
 @pytest.mark.parametrize("pools_mb", [100.0, 8.0], ids=["default-pools", "8MiB-pools"])
@@ -190,7 +192,7 @@ def test_an_honest_client_is_served_within_2s_while_one_client_does_not_read(poo
             assert b.limiter.peak["heap"] <= (cap + 1) * b.estimates[(NS, protocol.Mode.PERSISTENT)]
             await until(lambda: not b.connections, what="attacker gone")
             assert_all_back(b)
-    asyncio.run(main())
+    run_bounded(main())
 
 
 # ---- finding 2: memory outside the pools ---------------------------------------------
@@ -239,7 +241,7 @@ def test_names_are_length_checked_and_text_before_anything_keeps_them():
             assert sorted(conn.consumers) == [1, 2]
             assert b.stats()["guards"]["refused_names"] == 5     # not-a-topic: a name, malformed
             w.close()
-    asyncio.run(main())
+    run_bounded(main())
 
 
 def test_error_messages_quoting_a_client_are_cut():
@@ -251,7 +253,7 @@ def test_error_messages_quoting_a_client_are_cut():
             assert e.value.code == ServerError.InvalidTopicName
             assert len(e.value.server_message) <= protocol.MAX_ERROR_MESSAGE
             await c.close()
-    asyncio.run(main())
+    run_bounded(main())
 
 
 def test_partial_frames_take_the_inbound_budget_and_wait_for_it():
@@ -283,7 +285,7 @@ def test_partial_frames_take_the_inbound_budget_and_wait_for_it():
             await c.close()
             for w in (first_w, second_w):
                 w.close()
-    asyncio.run(main())
+    run_bounded(main())
 
 
 @pytest.mark.parametrize("unsupported", [False, True], ids=["lookups", "unsupported"])
@@ -314,7 +316,7 @@ def test_answers_to_a_client_that_does_not_read_are_bounded(unsupported):
             await asyncio.gather(attack, return_exceptions=True)
             assert most[0] <= 1024, most[0]      # one small answer at a time
             await until(lambda: not b.connections)
-    asyncio.run(main())
+    run_bounded(main())
 
 
 def test_watchers_are_capped_per_connection_and_their_sets_accounted():
@@ -345,7 +347,7 @@ def test_watchers_are_capped_per_connection_and_their_sets_accounted():
             await c.close()
             await until(lambda: not b.connections)
             assert b.watcher_memory.acquired_permits == 0 and not b.store.listeners
-    asyncio.run(main())
+    run_bounded(main())
 
 
 def test_a_refused_watch_does_not_count_against_the_cap():
@@ -359,7 +361,7 @@ def test_a_refused_watch_does_not_count_against_the_cap():
                 assert e.value.code == ServerError.MetadataError
             assert sorted((await c.watch(NS, ".*", watcher_id=1)).topic) == TOPICS[:3]
             await c.close()
-    asyncio.run(main())
+    run_bounded(main())
 
 
 def test_watchers_wait_for_the_watchers_budget_and_hold_no_heap_meanwhile():
@@ -381,7 +383,7 @@ def test_watchers_wait_for_the_watchers_budget_and_hold_no_heap_meanwhile():
             await until(lambda: not b.connections)
             assert b.watcher_memory.acquired_permits == 0
             assert_all_back(b)
-    asyncio.run(main())
+    run_bounded(main())
 
 
 def test_a_watcher_coalesces_changes_its_client_has_not_taken():
@@ -405,7 +407,7 @@ def test_a_watcher_coalesces_changes_its_client_has_not_taken():
             await asyncio.sleep(0.2)
             assert c.updates.empty()
             await c.close()
-    asyncio.run(main())
+    run_bounded(main())
 
 
 #: The fixed overhead README.md states: what the service holds under attack
@@ -498,7 +500,7 @@ def test_fair_share_serves_the_least_served_owner_first():
         assert not any(o.startswith("lost") for o in order) and fair.waiting == 0
         with pytest.raises(ConnectionResetError):
             await fair.run(gone, order.append, "late")
-    asyncio.run(main())
+    run_bounded(main())
 
 
 def _start_cli_broker(*args):
@@ -571,7 +573,7 @@ def test_the_proxy_relays_a_namespace_larger_than_max_message_size():
             await c.close()
             await until(lambda: not px.connections)
             assert_all_back(px)
-    asyncio.run(main())
+    run_bounded(main())
 
 
 def test_the_proxy_learns_a_listings_size_before_forwarding_more():
@@ -603,7 +605,7 @@ def test_the_proxy_learns_a_listings_size_before_forwarding_more():
                 assert px.limiter.peak["heap"] <= pool(px, HEAP).max_permits
                 for c in clients:
                     await c.close()
-    asyncio.run(main())
+    run_bounded(main())
 
 
 @pytest.mark.slow
@@ -664,7 +666,7 @@ def test_a_pattern_that_is_not_utf8_is_invalid_topic_name_logged_once(via_proxy,
             assert ok.getTopicsOfNamespaceResponse.request_id == 99
             w.close()
     with caplog.at_level(logging.INFO, logger="pylimiter.pulsar.topiclist"):
-        asyncio.run(main())
+        run_bounded(main())
     lines = [rec for rec in caplog.records if rec.name == "pylimiter.pulsar.topiclist"
              and "UTF-8" in rec.getMessage()]
     assert len(lines) == 1, [rec.getMessage() for rec in lines]

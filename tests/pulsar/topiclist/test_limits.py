@@ -14,6 +14,8 @@ import re
 
 import pytest
 
+from .kit import run_bounded
+
 from pylimiter.pulsar.topiclist.cli import NEEDS  # noqa: E402  (the extra's modules)
 
 for _module in NEEDS:
@@ -64,7 +66,7 @@ def test_queue_full_answers_too_many_requests():
             await c.close()
             assert_all_back(b)
             assert b.counters["too_many_requests"] == 1
-    asyncio.run(main())
+    run_bounded(main())
 
 
 def test_permit_timeout_answers_too_many_requests_and_counts():
@@ -82,7 +84,7 @@ def test_permit_timeout_answers_too_many_requests_and_counts():
             b.limiter.dual.release(hold)
             await c.close()
             assert_all_back(b)
-    asyncio.run(main())
+    run_bounded(main())
 
 
 def test_client_disconnect_while_waiting_leaks_nothing():
@@ -100,7 +102,7 @@ def test_client_disconnect_while_waiting_leaks_nothing():
             await until(lambda: not b.connections, what="connection gone")
             assert_all_back(b)
             assert b.counters["responses"] == 0
-    asyncio.run(main())
+    run_bounded(main())
 
 
 def test_response_larger_than_the_direct_pool_is_capped_and_served():
@@ -114,7 +116,7 @@ def test_response_larger_than_the_direct_pool_is_capped_and_served():
             assert b.limiter.peak["direct"] == 1024          # held the whole pool, no more
             await c.close()
             assert_all_back(b)
-    asyncio.run(main())
+    run_bounded(main())
 
 
 @pytest.mark.parametrize("via_proxy", [False, True], ids=["broker", "proxy"])
@@ -165,7 +167,7 @@ def test_memory_bound_holds_under_concurrent_load(via_proxy):
             await until(lambda: not svc.connections, what="clients gone")
             assert_all_back(svc)
             assert_all_back(b)
-    asyncio.run(main())
+    run_bounded(main())
 
 
 def test_lowering_the_heap_limit_answers_every_queued_request():
@@ -192,7 +194,7 @@ def test_lowering_the_heap_limit_answers_every_queued_request():
             assert_all_back(b)
             assert b.limiter.peak["heap"] <= 1 * MB
             assert outcomes_add_up(b) and b.counters["responses"] == 21
-    asyncio.run(main())
+    run_bounded(main())
 
 
 def test_whatever_fails_inside_a_request_is_answered_with_its_request_id(monkeypatch):
@@ -211,7 +213,7 @@ def test_whatever_fails_inside_a_request_is_answered_with_its_request_id(monkeyp
                 await c.watch(NS, ".*", watcher_id=1, timeout=10)
             await c.close()
             assert b.counters["errors"] == 2 and outcomes_add_up(b)
-    asyncio.run(main())
+    run_bounded(main())
 
 
 def _toggle_limits_under_load(rounds: int = 6):
@@ -277,7 +279,7 @@ def _toggle_limits_under_load(rounds: int = 6):
             leftovers = [(t, d.get_limiter(t).acquired_permits, d.get_limiter(t).queue_size)
                          for d in duals for t in (HEAP, DIRECT)]
             return answers, duals, grew_over, leftovers, outcomes_add_up(b)
-    return asyncio.run(main())
+    return run_bounded(main())
 
 
 def test_switching_limits_on_and_off_under_load_answers_every_request():
@@ -369,7 +371,7 @@ def test_limits_change_at_run_time_and_metrics_names():
                           "queue_max_size", "wait_time_ms", "timeout_total"):
                     assert f"pulsar_broker_topic_list_{pool_}_{m}" in names, m
             assert 'direct_memory_limit_bytes{cluster="standalone"} 524288.0' in text
-    asyncio.run(main())
+    run_bounded(main())
 
 
 @pytest.mark.parametrize("body", ["5", "null", "[]", "{}", '"x"', "{bad json",
@@ -385,7 +387,7 @@ def test_bad_admin_limits_bodies_answer_400_with_a_message(body):
             assert b.limiter.config.heap_mb == 1                   # unchanged
             status, text = await ahttp("PUT", f"{b.admin_url}/admin/limits", {"heap_mb": 2})
             assert status == 200 and json.loads(text)["heap_mb"] == 2
-    asyncio.run(main())
+    run_bounded(main())
 
 
 def test_admin_stats_add_up_when_clients_vanish_while_queued():
@@ -414,4 +416,4 @@ def test_admin_stats_add_up_when_clients_vanish_while_queued():
             assert s["requests"] == s["responses"] + s["cancelled"] + s["errors"] + \
                 s["too_many_requests"]
             await asyncio.gather(*pending[:10], return_exceptions=True)
-    asyncio.run(main())
+    run_bounded(main())

@@ -6,9 +6,10 @@ implementation and again, under PYLIMITER_NO_EXTENSIONS=1, the pure-Python one."
 
 from __future__ import annotations
 
-import asyncio
 
 import pytest
+
+from .kit import run_bounded
 
 from pylimiter.pulsar.topiclist.cli import NEEDS  # noqa: E402  (the extra's modules)
 
@@ -50,4 +51,4 @@ def test_load_generator_counts_responses_rejections_and_reads_server_peaks():
             b.limiter.dual.release(hold)
             await until(lambda: not b.connections, what="load clients gone")
             assert_all_back(b)
-    asyncio.run(main())
+    run_bounded(main())

@@ -19,6 +19,8 @@ from pathlib import Path
 
 import pytest
 
+from .kit import run_bounded
+
 from pylimiter.pulsar.topiclist.cli import NEEDS  # noqa: E402  (the extra's modules)
 
 for _module in NEEDS:
@@ -117,7 +119,7 @@ def test_closed_connections_are_freed_without_the_garbage_collector(gc_disabled,
             alive = [type(ref()).__name__ for ref in b.refs if ref() is not None]
             assert alive == [], f"kept alive by a reference cycle: {alive}"
             assert_all_back(b)
-    asyncio.run(main())
+    run_bounded(main())
 
 
 @pytest.mark.slow

@@ -12,6 +12,8 @@ import time
 
 import pytest
 
+from .kit import run_bounded
+
 from pylimiter.pulsar.topiclist.cli import NEEDS  # noqa: E402  (the extra's modules)
 
 for _module in NEEDS:
@@ -51,7 +53,7 @@ def test_pathological_pattern_is_answered_in_under_100ms_of_cpu():
             assert time.thread_time() - cpu < 0.1      # server and client share this thread
             assert r.filtered and list(r.topics) == []
             await c.close()
-    asyncio.run(main())
+    run_bounded(main())
 
 
 def test_matching_a_large_namespace_lets_other_clients_be_served():
@@ -80,7 +82,7 @@ def test_matching_a_large_namespace_lets_other_clients_be_served():
             assert order == ["other", "listing"]
             await slow.close()
             await other.close()
-    asyncio.run(main())
+    run_bounded(main())
 
 
 def test_patterns_re2_cannot_take_are_refused_with_invalid_topic_name():
@@ -101,7 +103,7 @@ def test_patterns_re2_cannot_take_are_refused_with_invalid_topic_name():
             assert "Does not support topic domain: http" in e.value.server_message
             await c.close()
             assert_all_back(b)
-    asyncio.run(main())
+    run_bounded(main())
 
 
 def test_patterns_longer_than_the_cap_list_unfiltered_and_refuse_watches():
@@ -120,7 +122,7 @@ def test_patterns_longer_than_the_cap_list_unfiltered_and_refuse_watches():
             r, _ = await c.get_topics(NS, pattern="persistent://public/default/o.*")
             assert r.filtered and list(r.topics) == TOPICS[:3]
             await c.close()
-    asyncio.run(main())
+    run_bounded(main())
 
 
 def test_pattern_rules_follow_pulsar():

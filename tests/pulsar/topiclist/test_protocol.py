@@ -12,6 +12,8 @@ import struct
 
 import pytest
 
+from .kit import run_bounded
+
 from pylimiter.pulsar.topiclist.cli import NEEDS  # noqa: E402  (the extra's modules)
 
 for _module in NEEDS:
@@ -54,7 +56,7 @@ def test_get_topics_modes_pattern_and_hash():
             assert same.topics_hash == r.topics_hash
             await c.close()
             assert_all_back(b)
-    asyncio.run(main())
+    run_bounded(main())
 
 
 def test_watch_success_update_and_close():
@@ -78,7 +80,7 @@ def test_watch_success_update_and_close():
             assert c.updates.empty()
             await c.close()
             assert_all_back(b)
-    asyncio.run(main())
+    run_bounded(main())
 
 
 def test_unknown_namespace_and_bad_pattern():
@@ -96,7 +98,7 @@ def test_unknown_namespace_and_bad_pattern():
             assert len(r.topics) == 3
             await c.close()
             assert_all_back(b)
-    asyncio.run(main())
+    run_bounded(main())
 
 
 def _raw_frame(total: int, cmd_size: int, body: bytes) -> bytes:
@@ -126,7 +128,7 @@ def test_malformed_frames_close_the_connection_not_the_server(junk):
             c = await protocol.ClientConnection.open(b.service_url)  # still serving
             assert len((await c.get_topics(NS))[0].topics) == 3
             await c.close()
-    asyncio.run(main())
+    run_bounded(main())
 
 
 def test_unknown_command_and_missing_connect_get_errors():
@@ -151,7 +153,7 @@ def test_unknown_command_and_missing_connect_get_errors():
             assert "PRODUCER is not supported" in kinds[1].error.message
             assert kinds[1].error.request_id == 7    # the failed request's own id
             w.close()
-    asyncio.run(main())
+    run_bounded(main())
 
 
 def test_connected_advertises_max_message_size_and_larger_frames_close_unbuffered():
@@ -172,7 +174,7 @@ def test_connected_advertises_max_message_size_and_larger_frames_close_unbuffere
             w.write(struct.pack(">I", total + 1))
             assert await asyncio.wait_for(r.read(), 5) == b""
             w.close()
-    asyncio.run(main())
+    run_bounded(main())
 
 
 @pytest.mark.parametrize("via_proxy", [False, True], ids=["broker", "proxy"])
@@ -204,7 +206,7 @@ def test_errors_echo_the_request_id_of_the_failed_command(via_proxy):
             ok, _ = await protocol.read_command(r)
             assert ok.getTopicsOfNamespaceResponse.request_id == 21
             w.close()
-    asyncio.run(main())
+    run_bounded(main())
 
 
 def test_a_request_before_connect_is_refused_with_its_id():
@@ -215,7 +217,7 @@ def test_a_request_before_connect_is_refused_with_its_id():
             resp, _ = await protocol.read_command(r)
             assert resp.type == CommandType.ERROR and resp.error.request_id == 31
             w.close()
-    asyncio.run(main())
+    run_bounded(main())
 
 
 def test_request_id_of_every_request_type():
@@ -243,4 +245,4 @@ def test_idle_connections_are_pinged_and_closed_when_silent():
             await alive.close()
             silent_w.close()
             never[1].close()
-    asyncio.run(main())
+    run_bounded(main())

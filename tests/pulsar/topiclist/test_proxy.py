@@ -11,6 +11,8 @@ import asyncio
 
 import pytest
 
+from .kit import run_bounded
+
 from pylimiter.pulsar.topiclist.cli import NEEDS  # noqa: E402  (the extra's modules)
 
 for _module in NEEDS:
@@ -53,7 +55,7 @@ def test_proxy_forwards_topic_lists_under_its_own_limits():
             await c.close()
             assert_all_back(px)
             assert_all_back(b)
-    asyncio.run(main())
+    run_bounded(main())
 
 
 def test_the_proxy_does_not_ping_connections_it_pipes_to_the_broker():
@@ -71,4 +73,4 @@ def test_the_proxy_does_not_ping_connections_it_pipes_to_the_broker():
             frame, _ = await asyncio.wait_for(protocol.read_command(r), 5)
             assert frame.type == CommandType.PONG                # no stray PING, not closed
             w.close()
-    asyncio.run(main())
+    run_bounded(main())

@@ -7,10 +7,11 @@ implementation and again, under PYLIMITER_NO_EXTENSIONS=1, the pure-Python one."
 
 from __future__ import annotations
 
-import asyncio
 import struct
 
 import pytest
+
+from .kit import run_bounded
 
 from pylimiter.pulsar.topiclist.cli import NEEDS  # noqa: E402  (the extra's modules)
 
@@ -93,4 +94,4 @@ def test_a_client_computing_pulsars_hash_gets_changed_false():
             r, _ = await c.get_topics(NS, topics_hash=mine)
             assert not r.changed and list(r.topics) == []
             await c.close()
-    asyncio.run(main())
+    run_bounded(main())

@@ -12,6 +12,8 @@ import random
 
 import pytest
 
+from .kit import run_bounded
+
 from pylimiter.pulsar.topiclist.cli import NEEDS  # noqa: E402  (the extra's modules)
 
 for _module in NEEDS:
@@ -66,7 +68,7 @@ def test_watch_waits_for_memory_with_backoff_instead_of_failing():
             await until(lambda: not b.connections)
             assert_all_back(b)
             assert b.counters["too_many_requests"] == 0 and outcomes_add_up(b)
-    asyncio.run(main())
+    run_bounded(main())
 
 
 def test_closing_a_watcher_that_waits_for_memory_ends_it():
@@ -87,7 +89,7 @@ def test_closing_a_watcher_that_waits_for_memory_ends_it():
             await until(lambda: not b.connections)
             assert_all_back(b)
             assert not b.store.listeners
-    asyncio.run(main())
+    run_bounded(main())
 
 
 def test_backoff_doubles_to_25s_with_jitter_and_resets():
@@ -112,7 +114,7 @@ def test_watch_with_the_matching_hash_omits_the_list():
                                topics_hash="00000000")
             assert sorted(ok.topic) == TOPICS[:2] and ok.topics_hash == digest
             await c.close()
-    asyncio.run(main())
+    run_bounded(main())
 
 
 def test_heap_estimates_are_kept_per_namespace_and_mode():
@@ -129,4 +131,4 @@ def test_heap_estimates_are_kept_per_namespace_and_mode():
                 assert b.estimates[(NS, mode)] == protocol.estimate_heap(b.store.list(NS, mode))
             assert len(set(b.estimates.values())) == 3
             await c.close()
-    asyncio.run(main())
+    run_bounded(main())
