@@ -18,7 +18,6 @@ from pathlib import Path
 
 import pytest
 
-from .kit import run_bounded
 
 from pylimiter.pulsar.topiclist.cli import NEEDS  # noqa: E402  (the extra's modules)
 
@@ -38,6 +37,7 @@ from pylimiter.pulsar.topiclist.proxy import Proxy  # noqa: E402
 from pylimiter.pulsar.topiclist.server import READ_AHEAD  # noqa: E402
 
 from .kit import (  # noqa: E402
+    run_bounded,
     HEAP,
     NS,
     TOPICS,

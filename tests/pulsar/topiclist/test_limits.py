@@ -14,7 +14,6 @@ import re
 
 import pytest
 
-from .kit import run_bounded
 
 from pylimiter.pulsar.topiclist.cli import NEEDS  # noqa: E402  (the extra's modules)
 
@@ -34,6 +33,7 @@ from pylimiter.pulsar.topiclist.protocol import Mode, ServerError  # noqa: E402
 from pylimiter.pulsar.topiclist.proxy import Proxy  # noqa: E402
 
 from .kit import (  # noqa: E402
+    run_bounded,
     DIRECT,
     HEAP,
     NS,

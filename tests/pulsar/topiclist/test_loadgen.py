@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import pytest
 
-from .kit import run_bounded
 
 from pylimiter.pulsar.topiclist.cli import NEEDS  # noqa: E402  (the extra's modules)
 
@@ -19,6 +18,7 @@ for _module in NEEDS:
 from pylimiter.pulsar.topiclist.broker import Broker, generated_topics  # noqa: E402
 
 from .kit import (  # noqa: E402
+    run_bounded,
     HEAP,
     NS,
     assert_all_back,

@@ -11,7 +11,6 @@ import asyncio
 
 import pytest
 
-from .kit import run_bounded
 
 from pylimiter.pulsar.topiclist.cli import NEEDS  # noqa: E402  (the extra's modules)
 
@@ -25,6 +24,7 @@ from pylimiter.pulsar.topiclist.protocol import CommandType  # noqa: E402
 from pylimiter.pulsar.topiclist.proxy import Proxy  # noqa: E402
 
 from .kit import (  # noqa: E402
+    run_bounded,
     NS,
     TOPICS,
     ahttp,

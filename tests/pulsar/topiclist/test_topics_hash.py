@@ -11,7 +11,6 @@ import struct
 
 import pytest
 
-from .kit import run_bounded
 
 from pylimiter.pulsar.topiclist.cli import NEEDS  # noqa: E402  (the extra's modules)
 
@@ -26,6 +25,7 @@ from pylimiter.pulsar.topiclist.broker import Broker  # noqa: E402
 from pylimiter.pulsar.topiclist.limits import TopicListConfig  # noqa: E402
 
 from .kit import (  # noqa: E402
+    run_bounded,
     NS,
     TOPICS,
     running,

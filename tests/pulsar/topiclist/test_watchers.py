@@ -12,7 +12,6 @@ import random
 
 import pytest
 
-from .kit import run_bounded
 
 from pylimiter.pulsar.topiclist.cli import NEEDS  # noqa: E402  (the extra's modules)
 
@@ -25,6 +24,7 @@ from pylimiter.pulsar.topiclist.limits import TopicListConfig  # noqa: E402
 from pylimiter.pulsar.topiclist.protocol import Mode, ServerError  # noqa: E402
 
 from .kit import (  # noqa: E402
+    run_bounded,
     DIRECT,
     HEAP,
     NS,
