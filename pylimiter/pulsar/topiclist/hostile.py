@@ -96,6 +96,22 @@ def list_frame(rid: int, namespace: str) -> bytes:
                                         namespace=namespace))
 
 
+async def _drain_within(w: asyncio.StreamWriter, timeout: float) -> bool:
+    """Whether ``w`` drained within ``timeout`` s (False also when the
+    connection broke).  Not asyncio.wait_for: on 3.10/3.11 it can swallow a
+    cancellation that lands as the drain completes, and an attack told to
+    stop would then hold its connection for ever."""
+    drain = asyncio.ensure_future(w.drain())
+    try:
+        done, _ = await asyncio.wait({drain}, timeout=timeout)
+    finally:
+        if not drain.done():
+            drain.cancel()
+    if not done:
+        return False
+    return drain.exception() is None
+
+
 async def _hold(seconds: Optional[float]) -> None:
     if seconds is None:
         await asyncio.Event().wait()
@@ -164,10 +180,7 @@ async def partial_frames(url: str, *, connections: int = 100,
             w.write(struct.pack(">I", frame_bytes - 4) + bytes(frame_bytes - 5))
         deadline = time.monotonic() + send_timeout
         for w in writers:
-            try:
-                await asyncio.wait_for(w.drain(), max(0.01, deadline - time.monotonic()))
-            except (asyncio.TimeoutError, ConnectionError, OSError):
-                pass
+            await _drain_within(w, max(0.01, deadline - time.monotonic()))
         await _hold(hold)
     finally:
         _abort_all(writers)
@@ -188,9 +201,7 @@ async def pipelined_lookups(url: str, *, count: int = 200_000, unsupported: bool
     try:
         for _ in range(0, count, 4096):
             w.write(batch)
-            try:
-                await asyncio.wait_for(w.drain(), send_timeout)
-            except (asyncio.TimeoutError, ConnectionError, OSError):
+            if not await _drain_within(w, send_timeout):
                 break
         await _hold(hold)
     finally:
