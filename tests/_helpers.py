@@ -2,9 +2,12 @@
 
 import asyncio
 import gc
+import importlib.util
 import os
 import subprocess
 import sys
+
+import pytest
 
 
 def run(coro, timeout=30, loop="asyncio"):
@@ -60,3 +63,10 @@ def run_module(module, *args, timeout=120):
     env = {k: v for k, v in os.environ.items() if k != "PYLIMITER_NO_EXTENSIONS"}
     return subprocess.run([sys.executable, "-m", module, *args],
                           capture_output=True, text=True, timeout=timeout, env=env)
+
+
+#: For a test of a Spark CLI's argument checks that come after its check for
+#: PySpark (an installed wheel without the [spark] extra stops there first,
+#: and without PySpark no Spark version can refuse mesos://).
+needs_pyspark = pytest.mark.skipif(importlib.util.find_spec("pyspark") is None,
+                                   reason="PySpark (the [spark] extra) is not installed")

@@ -391,7 +391,13 @@ def test_twins_agree_step_by_step_exceptions_included():
     TwinsMachine.TestCase.settings = settings(
         max_examples=200, stateful_step_count=40, deadline=None,
         suppress_health_check=[HealthCheck.too_slow])
-    TwinsMachine.TestCase().runTest()
+    # Interrupts at the head need a queue, a check and a re-entry to line
+    # up: a run of 200 random sequences nearly always gets there (20-30
+    # times), once in a fresh-clone run it did not; another run then does.
+    for _ in range(3):
+        TwinsMachine.TestCase().runTest()
+        if SEEN["raised KeyboardInterrupt"] > 0:
+            break
     # It reached what it is for (a database replay may be short: a floor).
     print("\n".join(f"{k}: {v}" for k, v in sorted(SEEN.items())))
     assert SEEN["calls"] >= 500

@@ -13,6 +13,8 @@ import time
 
 import pytest
 
+from tests._helpers import needs_pyspark
+
 from tests._helpers import run_module
 
 
@@ -72,6 +74,7 @@ def test_cli_master_that_does_not_answer():
     assert proc.returncode == 2
 
 
+@needs_pyspark
 @pytest.mark.slow
 def test_cli_unsupported_master():
     proc = _cli("--master", "mesos://127.0.0.1:5050")

@@ -15,6 +15,8 @@ import time
 
 import pytest
 
+from tests._helpers import needs_pyspark
+
 from pylimiter.spark.session import (
     ENV_NAME,
     UsageError,
@@ -74,6 +76,7 @@ def test_yarn_needs_hadoop_or_yarn_conf_dir(monkeypatch):
     assert validate_master("yarn") == []
 
 
+@needs_pyspark
 def test_mesos_only_where_spark_still_has_it():
     from importlib.metadata import version
 
@@ -263,6 +266,7 @@ def test_bad_masters_are_refused_in_one_line_before_the_jvm(module, tmp_path):
         assert time.monotonic() - t0 < 60
 
 
+@needs_pyspark
 @pytest.mark.slow
 @pytest.mark.parametrize("module", list(CLIS))
 def test_a_jvm_that_cannot_start_is_one_line(module, tmp_path):
@@ -280,6 +284,7 @@ def test_a_jvm_that_cannot_start_is_one_line(module, tmp_path):
     ("rows.jsonl", "{oops\n", "row 1 is not valid JSON"),
     ("rows.parquet", "not parquet", "not a readable parquet file"),
 ])
+@needs_pyspark
 def test_balance_input_is_checked_before_spark_starts(tmp_path, name, text, needle):
     path = tmp_path / name
     if text is not None:

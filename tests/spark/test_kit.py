@@ -10,6 +10,8 @@ import socket
 
 import pytest
 
+from tests._helpers import needs_pyspark
+
 from pylimiter.spark import report
 from pylimiter.spark.progress import JobProgress, StepProgress
 from pylimiter.spark.session import (
@@ -21,6 +23,7 @@ from pylimiter.spark.session import (
 )
 
 
+@needs_pyspark
 def test_check_master_accepts_local_and_rejects_unknown_schemes():
     check_master("local[*]")
     check_master("local[2]")
@@ -38,6 +41,7 @@ def test_check_master_names_a_master_nobody_answers():
         check_master(f"spark://127.0.0.1:{port}", timeout=1)
 
 
+@needs_pyspark
 def test_preflight_checks_the_master_first_then_the_modules():
     # the bad master wins over the missing module: one message with or without pyspark
     with pytest.raises(UsageError, match="unsupported master URL"):

@@ -7,6 +7,8 @@ import csv
 
 import pytest
 
+from tests._helpers import needs_pyspark
+
 from pylimiter.pulsar.cache.policies import POLICIES
 from pylimiter.pulsar.cache.replay import replay
 from pylimiter.pulsar.cache.workloads import (
@@ -108,6 +110,7 @@ def test_flags_keys_and_defaults_come_from_the_declaration():
     (["simulate", "--master", "mesos://127.0.0.1:1"], "unsupported master URL"),
     ([], "required"),
 ])
+@needs_pyspark
 def test_cli_usage_errors_are_one_line(args, needle):
     p = _cli(*args)
     assert p.returncode == 2, p.stderr

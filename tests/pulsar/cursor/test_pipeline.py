@@ -9,7 +9,10 @@ import sys
 
 import pytest
 
+from tests._helpers import needs_pyspark
 
+
+@needs_pyspark
 def test_usage_errors_are_one_line_and_exit_2(tmp_path, capsys):
     from pylimiter.pulsar.cursor.pipeline import PROG, main, run
 
