@@ -306,6 +306,33 @@ Py_LOCAL_INLINE(PyObject *) plim_permit_new(PyObject *sem, int64_t n)
     return o;
 }
 
+/* The error indicator around a hook's warning: a deallocation may run while
+ * an exception is propagating, which the warning must neither see nor lose;
+ * an error the warning raises (-W error) is reported as unraisable, with it
+ * still set, as PyErr_WriteUnraisable requires. */
+typedef struct {
+    PyObject *type, *value, *tb;   /* 3.12+: the exception in `type` alone */
+} plim_saved_error;
+
+static inline void plim_save_error(plim_saved_error *s)
+{
+#if PY_VERSION_HEX >= 0x030C0000
+    s->type = PyErr_GetRaisedException();
+    s->value = s->tb = NULL;
+#else
+    PyErr_Fetch(&s->type, &s->value, &s->tb);
+#endif
+}
+
+static inline void plim_restore_error(plim_saved_error *s)
+{
+#if PY_VERSION_HEX >= 0x030C0000
+    PyErr_SetRaisedException(s->type);
+#else
+    PyErr_Restore(s->type, s->value, s->tb);
+#endif
+}
+
 static void plim_permit_dealloc(PyObject *o)
 {
     int64_t *count = (int64_t *)((char *)o + plim_permit_count_offset);
@@ -322,18 +349,11 @@ static void plim_permit_dealloc(PyObject *o)
     plim_permit_release_memory(o);
     if (sem == NULL)
         return;
-#if PY_VERSION_HEX >= 0x030C0000
-    PyObject *exc = PyErr_GetRaisedException();
-    if (plim_permit_leaked(sem, n) < 0)
-        PyErr_WriteUnraisable(sem);   /* with the error still set, as it requires */
-    PyErr_SetRaisedException(exc);
-#else
-    PyObject *et, *ev, *tb;
-    PyErr_Fetch(&et, &ev, &tb);
+    plim_saved_error saved;
+    plim_save_error(&saved);
     if (plim_permit_leaked(sem, n) < 0)
         PyErr_WriteUnraisable(sem);
-    PyErr_Restore(et, ev, tb);
-#endif
+    plim_restore_error(&saved);
     Py_DECREF(sem);
 }
 
@@ -384,18 +404,11 @@ static void plim_request_dealloc(PyObject *o)
     Py_XDECREF(drop);
     if (forgotten == NULL)
         return;
-#if PY_VERSION_HEX >= 0x030C0000
-    PyObject *exc = PyErr_GetRaisedException();
+    plim_saved_error saved;
+    plim_save_error(&saved);
     if (plim_request_forgotten(forgotten, n, is_update) < 0)
         PyErr_WriteUnraisable(forgotten);
-    PyErr_SetRaisedException(exc);
-#else
-    PyObject *et, *ev, *tb;
-    PyErr_Fetch(&et, &ev, &tb);
-    if (plim_request_forgotten(forgotten, n, is_update) < 0)
-        PyErr_WriteUnraisable(forgotten);
-    PyErr_Restore(et, ev, tb);
-#endif
+    plim_restore_error(&saved);
     Py_DECREF(forgotten);
 }
 

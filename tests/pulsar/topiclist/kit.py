@@ -18,6 +18,7 @@ from pylimiter.pulsar.topiclist import protocol
 from pylimiter.pulsar.topiclist.broker import TopicStore
 from pylimiter.pulsar.topiclist.limits import TopicListConfig
 from pylimiter.pulsar.topiclist.protocol import CommandType
+from tests._helpers import run
 
 HEAP, DIRECT = LimitType.HEAP_MEMORY, LimitType.DIRECT_MEMORY
 NS = "public/default"
@@ -60,11 +61,10 @@ async def ahttp(method, url, body=None, *, raw: bytes = None):
 
 
 def run_bounded(coro, timeout: float = 120.0):
-    """asyncio.run(coro), failing after ``timeout`` s (with the await it was
-    stuck in) instead of hanging the suite."""
-    async def bounded():
-        return await asyncio.wait_for(coro, timeout)
-    return asyncio.run(bounded())
+    """The suite's bounded runner (tests._helpers.run) with the topic-list
+    tests' longer bound: a stuck case fails with the await it was stuck in
+    instead of hanging the suite."""
+    return run(coro, timeout)
 
 
 async def until(pred, timeout=10.0, what="condition"):
