@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+
 __all__ = [
     "PermitAcquireError",
     "PermitAcquireTimeoutError",
@@ -16,8 +18,16 @@ class PermitAcquireError(Exception):
     """Base class: a request for permits did not complete."""
 
 
-class PermitAcquireTimeoutError(PermitAcquireError, TimeoutError):
-    """The request waited in the queue longer than its timeout."""
+# Before 3.11, asyncio.TimeoutError is a class of its own, not the builtin
+# TimeoutError, and asyncio code catches that one: be both, on every version.
+_TIMEOUT_BASES = (
+    (TimeoutError,) if asyncio.TimeoutError is TimeoutError else (asyncio.TimeoutError, TimeoutError)
+)
+
+
+class PermitAcquireTimeoutError(PermitAcquireError, *_TIMEOUT_BASES):
+    """The request waited in the queue longer than its timeout.  Both a
+    TimeoutError and an asyncio.TimeoutError (distinct classes before 3.11)."""
 
 
 class PermitAcquireQueueFullError(PermitAcquireError):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import subprocess
 import sys
@@ -19,6 +20,8 @@ def test_all_exports_exist():
 def test_error_hierarchy():
     assert issubclass(pylimiter.PermitAcquireTimeoutError, pylimiter.PermitAcquireError)
     assert issubclass(pylimiter.PermitAcquireTimeoutError, TimeoutError)
+    # Not the same class before 3.11: `except asyncio.TimeoutError` must catch it there too.
+    assert issubclass(pylimiter.PermitAcquireTimeoutError, asyncio.TimeoutError)
     for cls in (pylimiter.PermitAcquireQueueFullError,
                 pylimiter.PermitAcquireAlreadyClosedError,
                 pylimiter.PermitAcquireCancelledError):
