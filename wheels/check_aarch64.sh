@@ -6,19 +6,15 @@
 #     through binfmt_misc: wheels/pythons.sh, sid_env.sh): a venv of that
 #     interpreter, the wheel and the test dependencies pip-installed into it,
 #     the suite (less the `slow` CLI-subprocess tests) and the pure pass;
-#   - cp311 and cp313: installed (pip --target, arm64 wheels of the test
-#     dependencies) and the suite (less `slow`) and the pure pass run by
-#     Debian's arm64 python3.11 (bookworm) / python3.13 (trixie) under
-#     qemu-aarch64, from a folder holding only tests/;
-#   - cp310 and cp312: no arm64 interpreter of those versions exists in any
-#     reachable registry (see aarch64_env.sh), so they are checked without
-#     running: an AArch64 ELF with the right SOABI, and every Python C-API
-#     symbol it imports exported by that CPython version's libpython.  They
-#     come from the same recipe as the ones that run (build_aarch64.sh).
+#   - cp310-cp313: installed (pip --target, arm64 wheels of the test
+#     dependencies) and the suite (less `slow`) and the pure pass run under
+#     qemu-aarch64 by Debian's arm64 python3.11 (bookworm) / python3.13
+#     (trixie), and by python.org's 3.10.12 / 3.12.3 cross-compiled here
+#     (no arm64 build of those is in a reachable registry: aarch64_env.sh),
+#     each from a folder holding only tests/.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
-PYENV=${PYENV_VERSIONS:-/root/.pyenv/versions}
 PY=${PY:-$ROOT/.venv/bin/python}
 VERSIONS=("$@")
 [ ${#VERSIONS[@]} -eq 0 ] && VERSIONS=(3.10 3.11 3.12 3.13 3.14 3.15)
@@ -39,23 +35,7 @@ for v in "${VERSIONS[@]}"; do
         ran=$((ran + 1))
         continue
     fi
-    if [ -z "${GUEST_SUITE[$v]:-}" ]; then
-        x=$AWORK/static-$v
-        rm -rf "$x" && mkdir -p "$x" && (cd "$x" && unzip -q "$whl")
-        so=$x/pylimiter/_limiter_c.cpython-${v/./}-aarch64-linux-gnu.so
-        [ -f "$so" ] || { echo "FAIL: $name has no $(basename "$so")"; exit 1; }
-        readelf -h "$so" | grep -q 'Machine:.*AArch64' || { echo "FAIL: $name: not AArch64"; exit 1; }
-        lib=$(ls "$PYENV"/"$v".*/lib/libpython"$v".so.1.0 2>/dev/null | sort -V | tail -1 || true)
-        [ -n "$lib" ] || { echo "FAIL: no libpython$v.so to check $name against"; exit 1; }
-        need=$(aarch64-linux-gnu-nm -D --undefined-only "$so" | awk '{print $2}' | grep -E '^_?Py' | sort -u)
-        have=$(nm -D --defined-only "$lib" | awk '{print $3}' | sort -u)
-        missing=$(comm -23 <(echo "$need") <(echo "$have"))
-        [ -z "$missing" ] || { echo "FAIL: $name imports what CPython $v lacks: $missing"; exit 1; }
-        echo "ok   $name: AArch64, $(wc -l <<<"$need") C-API symbols all in CPython $v" \
-             "(not run: no arm64 CPython $v here)"
-        continue
-    fi
-    guest=$(guest_python "$v")
+    guest=$(guest_python "$v") || { echo "FAIL: $name: no arm64 CPython $v to run it"; exit 1; }
     site=$AWORK/site-$v
     suite=$AWORK/suite-$v
     rm -rf "$site" "$suite"
