@@ -230,9 +230,9 @@ asv: build
 # (auditwheel show).  Checks: x86_64 cp310-cp313 and the sdist in fresh venvs
 # of pyenv's CPythons; x86_64 cp314/cp315 in venvs of Debian sid's python3.14
 # / python3.15 inside the amd64 sid root; aarch64 cp311/cp313 by Debian's
-# arm64 CPython under qemu, cp314/cp315 inside the arm64 sid root under qemu;
-# each the suite and the pure pass.  cp310/cp312 aarch64: checked statically
-# (no arm64 interpreter of those versions can be had here; wheels/README.md).
+# arm64 CPython under qemu, cp310/cp312 by python.org's CPython cross-built
+# here for arm64 (wheels/aarch64_env.sh), cp314/cp315 inside the arm64 sid
+# root under qemu; each the suite and the pure pass.
 wheels: venv
 	wheels/pythons.sh
 	wheels/build_wheels.sh

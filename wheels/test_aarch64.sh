@@ -6,10 +6,10 @@
 #              lse      -march=armv8.1-a                     (CAS/LDADD inline)
 #              outline  -march=armv8-a -moutline-atomics     (runtime choice)
 #     The object code is checked to really use the atomics named.
-#  2. The cp310-cp313 manylinux_2_17_aarch64 wheels, cross-compiled from the
+#  2. The cp310-cp315 manylinux_2_17_aarch64 wheels, cross-compiled from the
 #     sdist (build_aarch64.sh), and checked (check_aarch64.sh): the Python
-#     suite on the installed cp311 and cp313 wheels, run by Debian's arm64
-#     python3.11 / python3.13 under qemu-aarch64; cp310/cp312 statically.
+#     suite on each installed wheel under qemu-aarch64, run by Debian's arm64
+#     python3.11 / python3.13 and by python.org's 3.10 / 3.12 cross-built here.
 #
 # qemu runs guest threads on host threads with x86's strong ordering, so none
 # of this can catch a too-weak memory order; the model check (`make
@@ -62,7 +62,7 @@ for v in llsc lse outline; do
     done
 done
 
-# ---- 2. the four wheels, built and checked -----------------------------------
+# ---- 2. the six wheels, built and checked ------------------------------------
 wheels/build_aarch64.sh
 wheels/check_aarch64.sh
 echo "aarch64: C tier passed; wheels built and checked"
