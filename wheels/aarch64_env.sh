@@ -29,7 +29,7 @@ fi
 # Python version -> Debian suite that ships it for arm64.
 declare -A GUEST_SUITE=([3.11]=bookworm [3.13]=trixie)
 # Python version -> "Ubuntu source package, version, suite, sha256 of the
-# .orig tarball" for the ones built from source (the sha256 is python.org's).
+# .orig tarball (from Ubuntu's Sources index)" for the ones built from source.
 declare -A GUEST_SOURCE=(
     [3.10]="python3.10 3.10.12 jammy afb74bf19130e7a47d10312c8f5e784f24e0527981eab68e20546cfb865830b8"
     [3.12]="python3.12 3.12.3 noble 56bfef1fdfc1221ce6720e43a661e3eb41785dd914ce99698d8c7896af4bdaa1"
@@ -87,7 +87,7 @@ build_cpython() {
             "http://archive.ubuntu.com/ubuntu/pool/main/p/$pkg/${pkg}_$ver.orig.tar.xz" \
             || { echo "FAIL: ${pkg}_$ver.orig.tar.xz ($suite) from archive.ubuntu.com"; return 1; }
         echo "$sum  $tarball" | sha256sum -c --status \
-            || { echo "FAIL: ${pkg}_$ver.orig.tar.xz: sha256 is not python.org's"; return 1; }
+            || { echo "FAIL: ${pkg}_$ver.orig.tar.xz: sha256 differs from the pinned one"; return 1; }
     fi
     # shellcheck disable=SC2086
     unpack_debs bookworm "$v" "$sysroot" ${GUEST_PKGS[source]}
