@@ -39,7 +39,12 @@ for v in "${VERSIONS[@]}"; do
     site=$AWORK/site-$v
     suite=$AWORK/suite-$v
     rm -rf "$site" "$suite"
-    "$PY" -m pip install -q --target "$site" --platform manylinux2014_aarch64 \
+    # pip evaluates dependency markers against the interpreter running it,
+    # not --python-version: pyenv's x86_64 CPython of the same version picks
+    # the backports that version needs (exceptiongroup, tomli for 3.10).
+    host=$(ls -d "${PYENV_VERSIONS:-/root/.pyenv/versions}"/"$v".*/bin/python"$v" 2>/dev/null \
+           | sort -V | tail -1)
+    "${host:-$PY}" -m pip install -q --target "$site" --platform manylinux2014_aarch64 \
         --python-version "$v" --implementation cp --abi "$tag" --only-binary=:all: \
         "$whl" "pytest>=8" "hypothesis>=6.100" >"$AWORK/pip-$v.log" 2>&1 \
         || { tail -20 "$AWORK/pip-$v.log"; exit 1; }
