@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 import json
+import re
 import sys
 
 import pytest
@@ -76,3 +77,19 @@ def test_micro_report_prints_figures_against_targets(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "130" in out                     # 1.3e-4 s / 1000 ops
     assert "0.85 [0.80-0.90]" in out and "<= 0.50" in out and "MISS" in out
+
+
+def test_park_wake_splits_each_loops_figure(capsys):
+    park_wake = pytest.importorskip("benchmarks.park_wake")
+    assert park_wake.main(["--rounds", "3", "--reps", "1"]) == 0
+    out = capsys.readouterr().out
+    loops = [line.split(":")[0].strip() for line in out.splitlines() if "no limiter" in line]
+    assert loops[0] == "asyncio" and set(loops) <= {"asyncio", "uvloop"}
+    for kind in ("pylimiter", "asyncio"):
+        rows = [line for line in out.splitlines() if line.strip().startswith(kind + " ")]
+        assert len(rows) == len(loops)
+        assert all("uncontended +" in r and "park+wake +" in r for r in rows)
+    costs = re.findall(r"cost: (-?\d+\.\d+) \[", out)
+    assert len(costs) == len(loops)
+    with pytest.raises(SystemExit):
+        park_wake.main(["--rounds", "x"])
