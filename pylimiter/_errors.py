@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import sys
 
 __all__ = [
     "PermitAcquireError",
@@ -18,16 +19,16 @@ class PermitAcquireError(Exception):
     """Base class: a request for permits did not complete."""
 
 
-# Before 3.11, asyncio.TimeoutError is a class of its own, not the builtin
-# TimeoutError, and asyncio code catches that one: be both, on every version.
-_TIMEOUT_BASES = (
-    (TimeoutError,) if asyncio.TimeoutError is TimeoutError else (asyncio.TimeoutError, TimeoutError)
-)
-
-
-class PermitAcquireTimeoutError(PermitAcquireError, *_TIMEOUT_BASES):
-    """The request waited in the queue longer than its timeout.  Both a
-    TimeoutError and an asyncio.TimeoutError (distinct classes before 3.11)."""
+if sys.version_info >= (3, 11):
+    class PermitAcquireTimeoutError(PermitAcquireError, TimeoutError):
+        """The request waited in the queue longer than its timeout.  Both a
+        TimeoutError and an asyncio.TimeoutError (distinct classes before 3.11)."""
+else:
+    # Before 3.11 asyncio.TimeoutError is a class of its own, not the builtin
+    # TimeoutError, and asyncio code catches that one: be both there too.
+    class PermitAcquireTimeoutError(PermitAcquireError, asyncio.TimeoutError, TimeoutError):
+        """The request waited in the queue longer than its timeout.  Both a
+        TimeoutError and an asyncio.TimeoutError (distinct classes before 3.11)."""
 
 
 class PermitAcquireQueueFullError(PermitAcquireError):
