@@ -402,6 +402,18 @@ def _quiet_py4j() -> None:
     log.propagate = False
 
 
+def _quiet_pandas_notice() -> None:
+    # PySpark 4.x warns (FutureWarning, on stderr) at every start and every
+    # toPandas when pandas >= 3 is installed, which is what CPython 3.15 gets:
+    # the suite runs the pipelines and checks their tables on pandas 3 (make
+    # test-pythons), so the notice tells a pipeline's user nothing.  Only that
+    # message is silenced.
+    import warnings
+
+    warnings.filterwarnings("ignore", message="PySpark does not yet fully support pandas",
+                            category=FutureWarning)
+
+
 def session_settings(master: str, app_name: str, log4j: Path,
                      conf: Optional[Mapping[str, str]] = None) -> dict:
     """The Spark settings start_spark uses: the pipelines' own (UI off, no
@@ -459,6 +471,7 @@ def start_spark(master: str = DEFAULT_MASTER, *, app_name: str = "pylimiter",
                                 conf)
     python = settings.get("spark.pyspark.python") or os.environ.get("PYSPARK_PYTHON") \
         or (sys.executable if is_local(master) else None)
+    _quiet_pandas_notice()
     spark_conf = SparkConf(loadDefaults=False)
     for k, v in settings.items():
         spark_conf.set(k, v)

@@ -279,3 +279,18 @@ def test_every_pipeline_report_has_the_same_signature():
     first = next(iter(sigs.values()))
     assert [n for n, _ in first] == ["out", "res", "spark_version", "command"]
     assert all(s == first for s in sigs.values()), sigs
+
+
+def test_pysparks_pandas_notice_alone_is_silenced():
+    # start_spark installs this filter: on pandas >= 3 (CPython 3.15) PySpark
+    # would print the notice on every pipeline run.
+    import warnings
+
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("default")
+        from pylimiter.spark import session
+        session._quiet_pandas_notice()
+        warnings.warn("PySpark does not yet fully support pandas >= 3.0.0. Some features "
+                      "may not work correctly.", FutureWarning)
+        warnings.warn("another FutureWarning", FutureWarning)
+    assert [str(w.message) for w in seen] == ["another FutureWarning"]
