@@ -5,7 +5,7 @@ test run in the test's interpreter, the client in this one.
 
 One JSON command per input line, one JSON answer ({"ok": true} or
 {"ok": false, "error": ...}) per output line; the ops mirror the in-process
-client of test_pulsar_client.py (_InProcessClient)."""
+client of kit.py (_InProcessClient)."""
 
 import json
 import re

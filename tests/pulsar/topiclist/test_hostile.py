@@ -44,7 +44,6 @@ from .kit import (  # noqa: E402
     Background,
     ahttp,
     assert_all_back,
-    close_client,
     get_topics_cmd,
     outcomes_add_up,
     pool,
@@ -676,12 +675,11 @@ def test_a_pattern_that_is_not_utf8_is_invalid_topic_name_logged_once(via_proxy,
 # ---- the official client while attacks run ----------------------------------------------
 
 @pytest.mark.parametrize("via_proxy", [False, True], ids=["broker", "proxy"])
-def test_the_official_client_works_while_every_attack_runs(via_proxy):
+def test_the_official_client_works_while_every_attack_runs(pulsar_client, via_proxy):
     """pulsar-client subscribes by regex, directly and through the proxy,
     while the broker (and the proxy) are under all of issue 19's attacks
     at once, scaled down: a client that never reads, huge SUBSCRIBE names,
     partial frames, pipelined LOOKUPs never read, and a watcher storm."""
-    pulsar = pytest.importorskip("pulsar")
     bg = Background()
     cfg = TopicListConfig(heap_mb=8, direct_mb=8, inbound_mb=8, watchers_mb=8)
     b = bg.run(Broker(cfg, store=store_with(TOPICS + generated_topics(NS, 1000))).start())
@@ -699,16 +697,14 @@ def test_the_official_client_works_while_every_attack_runs(via_proxy):
     try:
         time.sleep(3.0)
         assert not attack.failed()
-        client = pulsar.Client(target, operation_timeout_seconds=15,
-                               logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error))
-        consumer = client.subscribe(re.compile("persistent://public/default/orders-.*"),
-                                    "sub")
+        client = pulsar_client(target)
+        consumer = client.subscribe("persistent://public/default/orders-.*", "sub")
         assert wait_for(lambda: subscribed(b) == TOPICS[:2]), subscribed(b)
-        consumer.close()
+        client.close_consumer(consumer)
         assert wait_for(lambda: subscribed(b) == [])
     finally:
         if client is not None:
-            close_client(client)
+            client.close()
         attack.stop()
         bg.run(px.stop())
         bg.run(b.stop())

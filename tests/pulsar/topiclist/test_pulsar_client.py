@@ -6,11 +6,6 @@ implementation and again, under PYLIMITER_NO_EXTENSIONS=1, the pure-Python one."
 
 from __future__ import annotations
 
-import json
-import os
-import re
-import subprocess
-from pathlib import Path
 
 import pytest
 
@@ -28,98 +23,12 @@ from .kit import (  # noqa: E402
     HEAP,
     TOPICS,
     Background,
-    close_client,
     http,
     pool,
     store_with,
     subscribed,
     wait_for,
 )
-
-try:
-    import pulsar
-except ImportError:   # pulsar-client 3.13.0 has wheels for cp310-cp314 only, no sdist
-    pulsar = None
-# Where this interpreter has no pulsar-client, another one that has it runs
-# the client (pulsar_client_driver.py): `make test-pythons` points 3.15 at
-# its 3.14 venv.
-CLIENT_PYTHON_VAR = "PYLIMITER_PULSAR_CLIENT_PYTHON"
-
-
-class _InProcessClient:
-    def __init__(self, url):
-        self.client = pulsar.Client(url, operation_timeout_seconds=15,
-                                    logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error))
-
-    def subscribe(self, pattern, sub):
-        return self.client.subscribe(re.compile(pattern), sub)
-
-    def subscribe_pattern(self, pattern, sub, period):
-        # The Python wrapper of pulsar-client 3.x drops
-        # `pattern_auto_discovery_period` (it never reaches the C++
-        # configuration), so set it on that configuration directly.
-        import _pulsar
-
-        conf = _pulsar.ConsumerConfiguration()
-        conf.pattern_auto_discovery_period(period)
-        return self.client._client.subscribe_pattern(pattern, sub, conf)
-
-    def close_consumer(self, consumer):
-        consumer.close()
-
-    def close(self):
-        close_client(self.client)
-
-
-class _DriverClient:
-    """The same operations, run by pulsar_client_driver.py in `python`."""
-
-    def __init__(self, python, url):
-        driver = Path(__file__).with_name("pulsar_client_driver.py")
-        self.proc = subprocess.Popen([python, str(driver)], stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE, text=True)
-        self.ids = 0
-        self._do(op="client", url=url)
-
-    def _do(self, **cmd):
-        self.proc.stdin.write(json.dumps(cmd) + "\n")
-        self.proc.stdin.flush()
-        line = self.proc.stdout.readline()
-        assert line, f"the pulsar-client driver died (exit {self.proc.poll()})"
-        answer = json.loads(line)
-        assert answer["ok"], answer["error"]
-
-    def subscribe(self, pattern, sub, op="subscribe", **more):
-        self.ids += 1
-        self._do(op=op, id=self.ids, pattern=pattern, sub=sub, **more)
-        return self.ids
-
-    def subscribe_pattern(self, pattern, sub, period):
-        return self.subscribe(pattern, sub, op="subscribe_pattern", period=period)
-
-    def close_consumer(self, consumer):
-        self._do(op="close", id=consumer)
-
-    def close(self):
-        try:
-            self._do(op="close_client")
-        finally:
-            self.proc.stdin.close()
-            self.proc.wait(30)
-            self.proc.stdout.close()
-
-
-@pytest.fixture
-def pulsar_client():
-    """A factory of official clients: in this process, or in the interpreter
-    ${PYLIMITER_PULSAR_CLIENT_PYTHON} names when this one has none."""
-    other = os.environ.get(CLIENT_PYTHON_VAR)
-    if pulsar is not None:
-        return _InProcessClient
-    if other:
-        return lambda url: _DriverClient(other, url)
-    pytest.skip(f"pulsar-client is not installed (and {CLIENT_PYTHON_VAR} is not set)")
-
 
 @pytest.fixture
 def pulsar_services():
