@@ -95,8 +95,8 @@ async def _gather_timed(make_one, n):
     return CPU() - t0
 
 
-def _tasks(kind, mod=None, timeout=None):
-    """TASKS tasks, each: acquire 1 of PERMITS, sleep(0), release.  kind:
+def _tasks(kind, mod=None, timeout=None, permits=PERMITS):
+    """TASKS tasks, each: acquire 1 of ``permits``, sleep(0), release.  kind:
     "base" (no limiter), "mine" (pylimiter) or "anchor" (asyncio)."""
     async def run():
         if kind == "base":
@@ -105,15 +105,15 @@ def _tasks(kind, mod=None, timeout=None):
         elif kind == "mine":
             # timeout=None: no timer per waiter; otherwise the constructor's
             # defaults (25 s, queue of 10000) as a user gets them.
-            sem = (mod.AsyncSemaphore(PERMITS, 0, None) if timeout is None
-                   else mod.AsyncSemaphore(PERMITS))
+            sem = (mod.AsyncSemaphore(permits, 0, None) if timeout is None
+                   else mod.AsyncSemaphore(permits))
 
             async def one():
                 p = await sem.acquire(1)
                 await asyncio.sleep(0)
                 sem.release(p)
         else:
-            sem = asyncio.Semaphore(PERMITS)
+            sem = asyncio.Semaphore(permits)
             if timeout is None:
                 async def one():
                     await sem.acquire()

@@ -1,11 +1,13 @@
 """``python -m benchmarks.park_wake``: what a parked task's park and wake
 cost pylimiter and asyncio.Semaphore, on the default loop and on uvloop.
 
-The 1000-task figure (1000 tasks, each: acquire 1 permit, ``sleep(0)``,
-release) runs with 10 permits (990 tasks park and are woken) and with 1000
-(no task parks), for pylimiter, asyncio.Semaphore and no limiter, on each
-loop: 12 sides in one process, in interleaved rounds with the order flipped
-every round, timed in thread CPU time, ns per task.  Per round:
+The 1000-task figure (``benchmarks.figures``: 1000 tasks, each: acquire 1
+permit, ``sleep(0)``, release; the same sides as the table's) runs with 10
+permits (990 tasks park and are woken) and with 1000 (no task parks), for
+pylimiter, asyncio.Semaphore and no limiter, on each loop: 12 sides in one
+process, in interleaved rounds with the order flipped every round
+(:func:`pylimiter.bench.interleave.interleaved`), timed in thread CPU time,
+ns per task.  Per round:
 
 - uncontended cost = side(1000 permits) - no limiter(1000)
 - park+wake = side(10 permits) - side(1000 permits): the queueing, the
@@ -23,45 +25,20 @@ wake (one callback per woken task), while pylimiter wakes a batch with one
 from __future__ import annotations
 
 import argparse
-import asyncio
-import statistics
+import gc
 import sys
-import time
 
-TASKS = 1000
+import pylimiter
+from pylimiter.bench.interleave import Spread, interleaved, per_round
 
+from .figures import LOOPS, TASKS, _tasks, new_loop
 
-def side(kind: str, permits: int):
-    async def run():
-        if kind == "pylimiter":
-            from pylimiter import AsyncSemaphore
-
-            sem = AsyncSemaphore(permits, 0, None)
-
-            async def one():
-                p = await sem.acquire(1)
-                await asyncio.sleep(0)
-                sem.release(p)
-        elif kind == "asyncio":
-            sem = asyncio.Semaphore(permits)
-
-            async def one():
-                await sem.acquire()
-                await asyncio.sleep(0)
-                sem.release()
-        else:
-            async def one():
-                await asyncio.sleep(0)
-        coros = [one() for _ in range(TASKS)]   # made before the clock starts
-        t0 = time.thread_time_ns()
-        await asyncio.gather(*coros)
-        return time.thread_time_ns() - t0
-    return run
+KINDS = {"none": "base", "pylimiter": "mine", "asyncio": "anchor"}   # -> figures' names
 
 
-def quartiles(xs):
-    q1, med, q3 = statistics.quantiles(xs, n=4)
-    return med, q1, q3
+def _spread(values) -> str:
+    s = Spread.of(values)
+    return f"{s.median:5.0f} [{s.q1:.0f}-{s.q3:.0f}]"
 
 
 def main(argv=None) -> int:
@@ -70,40 +47,34 @@ def main(argv=None) -> int:
     ap.add_argument("--rounds", type=int, default=15)
     ap.add_argument("--reps", type=int, default=20, help="gathers of 1000 tasks per side and round")
     args = ap.parse_args(argv)
-    loops = {"asyncio": asyncio.new_event_loop()}
-    try:
-        import uvloop
-        loops["uvloop"] = uvloop.new_event_loop()
-    except ImportError:
+    if "uvloop" not in LOOPS:
         print("uvloop is not installed: the default loop only")
-    sides = [(lp, kind, permits) for lp in loops for kind in ("none", "pylimiter", "asyncio")
-             for permits in (10, TASKS)]
-    times: dict[tuple, list[float]] = {s: [] for s in sides}
+    loops = {name: new_loop(name) for name in LOOPS}
+
+    def side(lp, kind, permits):
+        run = _tasks(KINDS[kind], pylimiter, permits=permits)
+        return lambda: sum(loops[lp].run_until_complete(run())
+                           for _ in range(args.reps)) / args.reps / TASKS
+
+    sides = {(lp, kind, permits): side(lp, kind, permits) for lp in loops for kind in KINDS
+             for permits in (10, TASKS)}
     try:
-        for r in range(args.rounds + 2):
-            for s in (sides if r % 2 else sides[::-1]):
-                lp, kind, permits = s
-                fn = side(kind, permits)
-                ns = sum(loops[lp].run_until_complete(fn()) for _ in range(args.reps))
-                if r >= 2:   # two warm-up rounds
-                    times[s].append(ns / args.reps / TASKS)
+        times = interleaved(sides, args.rounds, warmup=2, before=gc.collect)
     finally:
         for lp in loops.values():
             lp.close()
     print(f"CPython {sys.version.split()[0]}, ns per task (median [IQR] over {args.rounds} rounds)")
     for lp in loops:
-        t = {(k, p): times[(lp, k, p)] for (_, k, p) in sides if _ == lp}
-        print(f"  {lp}: no limiter {statistics.median(t[('none', TASKS)]):.0f} ns per task")
+        t = {(kind, permits): times[(lp, kind, permits)] for kind in KINDS for permits in (10, TASKS)}
+        print(f"  {lp}: no limiter {Spread.of(t[('none', TASKS)]).median:.0f} ns per task")
         for kind in ("pylimiter", "asyncio"):
-            unc = [a - b for a, b in zip(t[(kind, TASKS)], t[("none", TASKS)])]
-            park = [a - b for a, b in zip(t[(kind, 10)], t[(kind, TASKS)])]
-            print(f"    {kind:9}  uncontended +{quartiles(unc)[0]:5.0f} [{quartiles(unc)[1]:.0f}-"
-                  f"{quartiles(unc)[2]:.0f}]   park+wake +{quartiles(park)[0]:5.0f} "
-                  f"[{quartiles(park)[1]:.0f}-{quartiles(park)[2]:.0f}]")
-        cost = [(m - n) / (a - n) for m, a, n in
-                zip(t[("pylimiter", 10)], t[("asyncio", 10)], t[("none", 10)])]
-        print(f"    1000 tasks on 10 permits, cost: {quartiles(cost)[0]:.2f} "
-              f"[{quartiles(cost)[1]:.2f}-{quartiles(cost)[2]:.2f}]")
+            unc = per_round({"a": t[(kind, TASKS)], "b": t[("none", TASKS)]}, lambda a, b: a - b)
+            park = per_round({"a": t[(kind, 10)], "b": t[(kind, TASKS)]}, lambda a, b: a - b)
+            print(f"    {kind:9}  uncontended +{_spread(unc)}   park+wake +{_spread(park)}")
+        cost = per_round({"m": t[("pylimiter", 10)], "a": t[("asyncio", 10)],
+                          "n": t[("none", 10)]}, lambda m, a, n: (m - n) / (a - n))
+        s = Spread.of(cost)
+        print(f"    1000 tasks on 10 permits, cost: {s.median:.2f} [{s.q1:.2f}-{s.q3:.2f}]")
     return 0
 
 
