@@ -14,6 +14,8 @@
 # root-3.X beside those libraries.  They are plain python.org builds (no
 # Ubuntu patches), without PGO/LTO: correct, not representative for speed.
 ROOT=${ROOT:-$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)}
+# The sid roots and pyenv's interpreters (pyenv_python).
+source "$ROOT/wheels/sid_env.sh"
 AWORK=$ROOT/wheels/work/aarch64
 mkdir -p "$AWORK"
 
@@ -34,7 +36,6 @@ declare -A GUEST_SOURCE=(
     [3.10]="python3.10 3.10.12 jammy afb74bf19130e7a47d10312c8f5e784f24e0527981eab68e20546cfb865830b8"
     [3.12]="python3.12 3.12.3 noble 56bfef1fdfc1221ce6720e43a661e3eb41785dd914ce99698d8c7896af4bdaa1"
 )
-GUEST_VERSIONS=(3.10 3.11 3.12 3.13)
 declare -A GUEST_PKGS=(
     [3.11]="libc6 libgcc-s1 libcrypt1 python3.11-minimal libpython3.11-minimal
             libpython3.11-stdlib libexpat1 zlib1g libffi8 libssl3 libbz2-1.0 liblzma5
@@ -80,7 +81,7 @@ build_cpython() {
     read -r pkg ver suite sum <<<"${GUEST_SOURCE[$v]}"
     local tarball=$AWORK/${pkg}_$ver.orig.tar.xz src=$AWORK/cpython-$ver log=$AWORK/cpython-$v.log
     local build_py
-    build_py=$(ls -d "${PYENV_VERSIONS:-/root/.pyenv/versions}"/"$v".*/bin/python"$v" 2>/dev/null | sort -V | tail -1)
+    build_py=$(pyenv_python "$v")
     [ -n "$build_py" ] || { echo "FAIL: cross-building CPython $v needs a CPython $v to build with (pyenv)"; return 1; }
     if ! echo "$sum  $tarball" | sha256sum -c --status 2>/dev/null; then
         curl -fsS -m 300 -o "$tarball" \

@@ -27,13 +27,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
-PYENV=${PYENV_VERSIONS:-/root/.pyenv/versions}
 OUT=$ROOT/wheels/dist
 VERSIONS=("$@")
 [ ${#VERSIONS[@]} -eq 0 ] && VERSIONS=(3.10 3.11 3.12 3.13 3.14 3.15)
 source wheels/aarch64_env.sh
 source wheels/tools.sh
-source wheels/sid_env.sh
 mkdir -p "$OUT"
 
 SDIST_DIR=$AWORK/sdist
@@ -69,7 +67,7 @@ for v in "${VERSIONS[@]}"; do
         incs=(-I "$arm/usr/include/python$v" -I "$cross/pyconfig")
         sysdata=$arm/usr/lib/python$v/_sysconfigdata__linux_aarch64-linux-gnu.py
     else
-        host=$(ls -d "$PYENV"/"$v".*/bin/python"$v" 2>/dev/null | sort -V | tail -1 || true)
+        host=$(pyenv_python "$v")
         [ -n "$host" ] || { echo "FAIL: no x86_64 CPython $v under $PYENV to drive the build"; exit 1; }
         # setuptools and Cython at the versions pyproject's build-system asks for.
         if [ ! -x "$venv/bin/cython" ]; then

@@ -21,7 +21,6 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
-PYENV=${PYENV_VERSIONS:-/root/.pyenv/versions}
 PLAT=${PLAT:-manylinux_2_17_x86_64}
 OUT=$ROOT/wheels/dist
 WORK=$ROOT/wheels/work
@@ -56,7 +55,7 @@ for v in "${VERSIONS[@]}"; do
         cflags="$cflags -I$WORK/pyconfig-$v"
         echo "== cp${v/./}: $sidpy (Debian sid's, run on the host)"
     else
-        py=$(ls -d "$PYENV"/"$v".*/bin/python"$v" 2>/dev/null | sort -V | tail -1 || true)
+        py=$(pyenv_python "$v")
         if [ -z "$py" ]; then
             echo "skip cp${v/./}: no Python $v under $PYENV"
             continue

@@ -19,7 +19,6 @@ PY=${PY:-$ROOT/.venv/bin/python}
 VERSIONS=("$@")
 [ ${#VERSIONS[@]} -eq 0 ] && VERSIONS=(3.10 3.11 3.12 3.13 3.14 3.15)
 source wheels/aarch64_env.sh
-source wheels/sid_env.sh
 trap binfmt_off EXIT
 
 ran=0
@@ -42,8 +41,7 @@ for v in "${VERSIONS[@]}"; do
     # pip evaluates dependency markers against the interpreter running it,
     # not --python-version: pyenv's x86_64 CPython of the same version picks
     # the backports that version needs (exceptiongroup, tomli for 3.10).
-    host=$(ls -d "${PYENV_VERSIONS:-/root/.pyenv/versions}"/"$v".*/bin/python"$v" 2>/dev/null \
-           | sort -V | tail -1)
+    host=$(pyenv_python "$v")
     "${host:-$PY}" -m pip install -q --target "$site" --platform manylinux2014_aarch64 \
         --python-version "$v" --implementation cp --abi "$tag" --only-binary=:all: \
         "$whl" "pytest>=8" "hypothesis>=6.100" >"$AWORK/pip-$v.log" 2>&1 \

@@ -16,6 +16,11 @@ SID_MIRROR=${SID_MIRROR:-http://deb.debian.org/debian}
 
 sid_root() { echo "$SID_WORK/$1"; }
 
+# pyenv_python VERSION: the newest of pyenv's x86_64 CPythons VERSION under
+# $PYENV (PYENV_VERSIONS, else /root/.pyenv/versions), or nothing.
+PYENV=${PYENV_VERSIONS:-/root/.pyenv/versions}
+pyenv_python() { ls -d "$PYENV"/"$1".*/bin/python"$1" 2>/dev/null | sort -V | tail -1 || true; }
+
 # The binfmt_misc entry that lets the kernel run arm64 ELF files through the
 # static qemu.  'F' opens the interpreter at registration, so it works inside
 # the chroot without a copy of qemu there; the entry has its own name and is
