@@ -96,6 +96,27 @@ WATCH_INITS = 4
 STOP_GRACE = 2.0
 
 
+async def _close_listener(server: asyncio.AbstractServer) -> None:
+    """``server.close()``, without asyncio's accept/close race (CPython
+    gh-109564).  An accept callback hands each new socket to a task whose
+    first step builds its transport; when close() lands between the two,
+    3.13+ refuses the late transport, drops it unclosed, and its finaliser
+    wakes the server's closers a second time: "TypeError: 'NoneType' object
+    is not iterable" on stderr for every such connection (seen on SIGTERM
+    during a connection storm).  So the listening sockets stop being
+    watched first, and one pass of the loop lets every accepted socket get
+    its transport (our handler then closes it, as _stopping says) before
+    close()."""
+    loop = asyncio.get_running_loop()
+    for sock in server.sockets:
+        try:
+            loop.remove_reader(sock.fileno())   # a selector loop's accept callback
+        except (NotImplementedError, RuntimeError, ValueError, OSError):
+            pass   # no selector (proactor), or a loop whose listener is its own (uvloop)
+    await asyncio.sleep(0)
+    server.close()
+
+
 class RateLimitedLog:
     """Log lines a client can trigger, at most one per key per interval; the
     next line says how many were left out.  A client sending bad requests
@@ -196,7 +217,7 @@ class ServiceBase:
         after STOP_GRACE is cancelled."""
         self._stopping = True
         if self._server is not None:
-            self._server.close()
+            await _close_listener(self._server)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + STOP_GRACE
         while self._handlers and loop.time() < deadline:
