@@ -45,7 +45,7 @@ for v in "${VERSIONS[@]}"; do
     cross=$AWORK/cross-$v
     venv=$AWORK/buildenv-$v
     rm -rf "$cross" && mkdir -p "$cross/include"
-    if [[ " ${SID_VERSIONS[*]} " == *" $v "* ]]; then
+    if is_sid_version "$v"; then
         for a in amd64 arm64; do
             [ -f "$(sid_root $a)/.stage-base" ] \
                 || { echo "FAIL: no CPython $v for $a: run wheels/pythons.sh first"; exit 1; }

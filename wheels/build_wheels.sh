@@ -37,7 +37,7 @@ mkdir -p "$OUT" "$WORK/raw"
 built=0
 for v in "${VERSIONS[@]}"; do
     cflags=${CFLAGS:-}
-    if [[ " ${SID_VERSIONS[*]} " == *" $v "* ]]; then
+    if is_sid_version "$v"; then
         [ -f "$(sid_root amd64)/.stage-base" ] \
             || { echo "FAIL: no CPython $v: run wheels/pythons.sh amd64 first"; exit 1; }
         sidpy=$(sid_host_python "$v")

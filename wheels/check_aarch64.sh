@@ -29,7 +29,7 @@ check_one() {
     whl=$(ls "$ROOT"/wheels/dist/pylimiter_pulsar-*-"$tag"-"$tag"-*manylinux_2_17_aarch64.whl 2>/dev/null || true)
     [ -n "$whl" ] || { echo "FAIL: no $tag aarch64 wheel in wheels/dist (wheels/build_aarch64.sh $v)"; return 1; }
     name=$(basename "$whl")
-    if [[ " ${SID_VERSIONS[*]} " == *" $v "* ]]; then
+    if is_sid_version "$v"; then
         out=$(in_sid arm64 "python$v" wheels/check_wheels.py wheels/dist --python "$v" --no-sdist \
               --emulated 2>&1) || { echo "$out"; echo "FAIL: $name under qemu"; return 1; }
         grep "^ok   $name" <<<"$out" || { echo "$out"; echo "FAIL: $name was not run"; return 1; }
@@ -99,7 +99,7 @@ print(platform.python_version(), pathlib.Path(pylimiter.__file__).parent)") \
 # other.
 sid_v=() other_v=()
 for v in "${VERSIONS[@]}"; do
-    if [[ " ${SID_VERSIONS[*]} " == *" $v "* ]]; then sid_v+=("$v"); else other_v+=("$v"); fi
+    if is_sid_version "$v"; then sid_v+=("$v"); else other_v+=("$v"); fi
 done
 lane_pid=
 if [ "${AARCH64_LANES:-2}" -gt 1 ] && [ ${#sid_v[@]} -gt 0 ] && [ ${#other_v[@]} -gt 0 ]; then

@@ -12,6 +12,8 @@
 ROOT=${ROOT:-$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)}
 SID_WORK=$ROOT/wheels/work/sid
 SID_VERSIONS=(3.14 3.15)
+# Whether version $1 comes from the sid roots (the others from pyenv).
+is_sid_version() { [[ " ${SID_VERSIONS[*]} " == *" $1 "* ]]; }
 SID_MIRROR=${SID_MIRROR:-http://deb.debian.org/debian}
 
 sid_root() { echo "$SID_WORK/$1"; }
