@@ -552,7 +552,6 @@ def test_new_connections_are_served_within_1s_during_a_watcher_storm_and_sigterm
     assert "Traceback" not in err
 
 
-
 def test_stop_right_after_a_burst_of_connects_drops_no_transport():
     """asyncio's accept/close race (CPython gh-109564): connections accepted
     in the loop pass before stop() got their transports after the listener
@@ -596,6 +595,7 @@ def test_stop_right_after_a_burst_of_connects_drops_no_transport():
     finally:
         sys.unraisablehook = hook
     assert caught == []
+
 
 # ---- finding 4: the proxy and large namespaces -----------------------------------------
 
