@@ -317,6 +317,15 @@ check-wheels: venv
 # Every extension's build output: Cython's .c (and annotated .html) beside
 # each .pyx, and the compiled modules.
 PYX := $(shell find pylimiter -name '*.pyx')
+# The documentation site (docs/, mkdocs.yml) into site/, strict: a warning (a
+# broken link or anchor, a page left out of the nav, an API name that does
+# not resolve) fails the build.  The API reference is read statically from
+# the pure-Python twin, so the C extension need not be built.
+.PHONY: docs
+docs: venv
+	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict --site-dir site
+	@echo "docs: open site/index.html"
+
 clean:
-	rm -rf build dist *.egg-info reports .pytest_cache $(PYX:.pyx=.c) $(PYX:.pyx=.html)
+	rm -rf build dist *.egg-info reports site .pytest_cache $(PYX:.pyx=.c) $(PYX:.pyx=.html)
 	find pylimiter -name '*.so' -delete
