@@ -336,12 +336,14 @@ def site(tmp_path_factory):
     return out
 
 
-def _public_names() -> list[str]:
-    import pylimiter
-    import pylimiter.prometheus
+#: The public modules whose every name (their __all__) the reference documents.
+PUBLIC_MODULES = ("pylimiter", "pylimiter.prometheus", "pylimiter.pulsar.balance",
+                  "pylimiter.pulsar.cache", "pylimiter.pulsar.cursor")
 
-    return ([f"pylimiter.{n}" for n in pylimiter.__all__]
-            + [f"pylimiter.prometheus.{n}" for n in pylimiter.prometheus.__all__])
+
+def _public_names() -> list[str]:
+    return [f"{name}.{attr}" for name in PUBLIC_MODULES
+            for attr in importlib.import_module(name).__all__]
 
 
 @pytest.mark.slow
