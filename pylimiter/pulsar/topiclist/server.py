@@ -5,7 +5,9 @@ hostile clients, and the admin/metrics HTTP API.
 Memory accounting follows PIP-442 and Pulsar's merge of it:
   * heap permit of an estimate per (namespace, mode) (10 KiB at first, then
     the last actual size) before listing; `update` to the actual size once
-    known; released once the list is serialized (it then lives in the frame);
+    known; the broker releases it once the list is serialized (it then lives
+    in the frame), the proxy only with the direct permit, once the write to
+    the client has completed (PIP-442's proxy flow, proxy.py);
   * direct permit of the serialized frame size before writing, released only
     when the transport has flushed the frame (write buffer high-water mark 0,
     so drain() returns once the bytes are in the kernel), and on every error;
@@ -707,7 +709,12 @@ class ConnectionBase(Owner):
         the command in `box` (taken out of it: this holds its only
         reference): direct permit of the frame size, serialize (in a fair
         turn), release `heap` (the list now lives in the frame), write, wait
-        for the flush, release (also on every error).  Raises LimitFailed."""
+        for the flush, release (also on every error).  Raises LimitFailed.
+
+        Passing `heap` is the broker's flow (its heap permit covers the
+        list until it is serialized).  The proxy passes none: it holds its
+        heap permit across this call and releases it after, with the direct
+        one, as PIP-442's proxy flow does."""
         command = box.pop()
         direct = await self.limiter.acquire(DIRECT, protocol.frame_size(command), dual,
                                             self.is_closed)
