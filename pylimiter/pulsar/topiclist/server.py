@@ -62,6 +62,8 @@ from pylimiter import (
 
 from .._settings import check_value
 from . import protocol
+from .admin import AdminGate, AdminGuards, BadRequest, describe, make_middleware, make_site, \
+    read_json
 from .fair import FairShare, Owner
 from .limits import (
     DIRECT,
@@ -150,8 +152,12 @@ class ServiceBase:
     advertise_watchers = True
 
     def __init__(self, config: TopicListConfig, *, host: str = LOOPBACK, port: int = 0,
-                 admin_port: Optional[int] = 0, cluster: str = "standalone"):
+                 admin_port: Optional[int] = 0, cluster: str = "standalone",
+                 admin_guards: Optional[AdminGuards] = None):
         self.host, self.port, self.admin_port = host, port, admin_port
+        #: what bounds the admin server's connections and requests (admin.py)
+        self.admin_guards = admin_guards or AdminGuards()
+        self.admin_gate: Optional[AdminGate] = None
         self.cluster = cluster
         self.config = config
         self.max_frame = protocol.max_frame_for(config.max_message_size)
@@ -171,7 +177,9 @@ class ServiceBase:
         self.client_log = RateLimitedLog(log)
         #: what the guards did, for /admin/stats
         self.guards = {"refused_over_request_cap": 0, "write_timeouts": 0,
-                       "inbound_closes": 0, "refused_names": 0}
+                       "inbound_closes": 0, "refused_names": 0,
+                       "admin_connections_refused": 0, "admin_header_timeouts": 0,
+                       "admin_body_timeouts": 0, "admin_bad_requests": 0}
         #: last actual heap size of a listing, by (namespace, mode)
         self.estimates: dict[tuple[str, int], int] = {}
         self.connections: set["ConnectionBase"] = set()
@@ -274,17 +282,24 @@ class ServiceBase:
         from aiohttp import web
         from prometheus_client.aiohttp import make_aiohttp_handler
 
-        app = web.Application()
+        guards = self.admin_guards
+        gate = self.admin_gate = AdminGate(guards, self.guards, self.client_log)
+        app = web.Application(client_max_size=guards.max_body,
+                              middlewares=[make_middleware(gate, self.client_log)])
         app.router.add_get("/metrics", make_aiohttp_handler(self.registry))
         app.router.add_get("/admin/stats", self._h_stats)
         app.router.add_get("/admin/limits", self._h_get_limits)
         app.router.add_put("/admin/limits", self._h_put_limits)
         self.add_admin_routes(app)
+        # lingering_time: how long a body the API did not read is read and
+        # dropped after the answer before the connection closes (aiohttp's
+        # default is 10 s).  Idle keep-alive connections are closed by the
+        # gate's header deadline.
         self._runner = web.AppRunner(app, access_log=None, handle_signals=False,
-                                     shutdown_timeout=0.5)
+                                     shutdown_timeout=0.5,
+                                     lingering_time=min(2.0, guards.body_timeout))
         await self._runner.setup()
-        site = web.TCPSite(self._runner, self.host, self.admin_port)
-        await site.start()
+        await make_site(self._runner, self.host, self.admin_port, gate).start()
         self.admin_port = self._runner.addresses[0][1]
 
     def add_admin_routes(self, app):
@@ -312,32 +327,40 @@ class ServiceBase:
         return web.json_response(self.limiter.config.as_dict("limits"))
 
     async def _h_put_limits(self, request):
-        from aiohttp import web
-
         try:
-            self.limiter.set_limits(**await live_limits(request))
+            self.limiter.set_limits(**await live_limits(request, self.admin_gate))
         except ConfigError as exc:
-            return web.json_response({"error": str(exc)}, status=400)
+            raise BadRequest(str(exc)) from None    # 400, one log line (admin.py)
         return await self._h_get_limits(request)
 
 
-async def live_limits(request) -> dict:
+async def live_limits(request, gate: AdminGate) -> dict:
     """The body of PUT /admin/limits, checked: a JSON object with heap_mb
     and/or direct_mb, each a size in MB.  ConfigError says what is wrong."""
     example = 'e.g. {"heap_mb": 64, "direct_mb": 0}'
     try:
-        body = json.loads(await request.read())
-    except ValueError as exc:
-        raise ConfigError(f"the body is not JSON ({exc}); {example}") from None
+        body = await read_json(request, gate)
+    except BadRequest as exc:
+        raise ConfigError(f"{exc}; {example}") from None
     if not isinstance(body, dict) or not body:
         raise ConfigError(f"expected a JSON object with heap_mb and/or direct_mb, "
-                          f"not {json.dumps(body)[:60]}; {example}")
+                          f"not {describe(body)}; {example}")
     unknown = sorted(set(body) - set(LIVE_LIMITS))
     if unknown:
-        raise ConfigError(f"only heap_mb and direct_mb change at run time, not {unknown}")
+        raise ConfigError(f"only heap_mb and direct_mb change at run time, not "
+                          f"{_cut_list(unknown)}")
     for k, v in body.items():
+        if isinstance(v, (dict, list, str)):
+            # check_value would quote it: it may be megabytes, or nested
+            # too deeply to print.
+            raise ConfigError(f"{k} must be a number, not {describe(v)}")
         check_value(TopicListConfig.setting_named(k), v)
     return {k: float(v) for k, v in body.items()}
+
+
+def _cut_list(names: list) -> str:
+    text = json.dumps(names[:5])
+    return text if len(names) <= 5 else f"{text[:-1]}, ... ({len(names)} in all)]"
 
 
 class _ExtraCollector:
