@@ -15,9 +15,10 @@ what it cannot use (issue 32, G3 and G8).
   every version we support (3.14 arms its keep-alive timer at connect, 3.9
   does not), so the deadline is kept here, around aiohttp's protocol.
 * Bodies: JSON is read by read_json, whatever it holds: not JSON, not UTF-8,
-  too large (413, aiohttp's client_max_size) or nested too deeply for the
-  parser (RecursionError) is a 400 with a message and one rate-limited log
-  line, never a 500 with a traceback.  A handler's unforeseen error is a 500
+  compressed (bodies are not decompressed: no decompression bomb), too
+  large (413, aiohttp's client_max_size) or nested too deeply for the parser
+  (RecursionError) is a 400 with a message and one rate-limited log line,
+  never a 500 with a traceback.  A handler's unforeseen error is a 500
   with one rate-limited log line.
 
 aiohttp is imported by the functions that need it, as the rest of the

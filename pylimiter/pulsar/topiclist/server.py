@@ -294,10 +294,13 @@ class ServiceBase:
         # lingering_time: how long a body the API did not read is read and
         # dropped after the answer before the connection closes (aiohttp's
         # default is 10 s).  Idle keep-alive connections are closed by the
-        # gate's header deadline.
+        # gate's header deadline.  auto_decompress off: the API takes plain
+        # JSON, and a compressed body (a few KB inflating to gigabytes) is
+        # then just not JSON, a 400.
         self._runner = web.AppRunner(app, access_log=None, handle_signals=False,
                                      shutdown_timeout=0.5,
-                                     lingering_time=min(2.0, guards.body_timeout))
+                                     lingering_time=min(2.0, guards.body_timeout),
+                                     auto_decompress=False)
         await self._runner.setup()
         await make_site(self._runner, self.host, self.admin_port, gate).start()
         self.admin_port = self._runner.addresses[0][1]

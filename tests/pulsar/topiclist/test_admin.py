@@ -380,6 +380,37 @@ def test_deeply_nested_json_is_a_400_with_one_log_line(method, path, caplog):
     assert "\n" not in lines[0].getMessage()
 
 
+def test_a_compressed_body_is_not_inflated():
+    """64 MiB of zeros gzip-compressed to ~64 KB with Content-Encoding:
+    gzip: the API does not inflate bodies (no decompression bomb), so it is
+    a body that is not JSON, a 400; and a plain body over 1 MiB is a 413."""
+    import gzip
+
+    bomb = gzip.compress(bytes(64 * 1024 * 1024), 9)
+    assert len(bomb) < 100_000
+
+    async def main():
+        async with running(Broker(TopicListConfig(heap_mb=1), store=store_with())) as b:
+            def put(data, headers):
+                import urllib.error
+                import urllib.request
+                req = urllib.request.Request(f"{b.admin_url}/admin/limits", data=data,
+                                             method="PUT", headers=headers)
+                try:
+                    with urllib.request.urlopen(req, timeout=10) as r:
+                        return r.status, r.read()
+                except urllib.error.HTTPError as e:
+                    with e:
+                        return e.code, e.read()
+            st, body = await asyncio.to_thread(put, bomb, {"Content-Encoding": "gzip",
+                                                           "Content-Type": "application/json"})
+            assert st == 400 and b"not JSON" in body, body
+            st, _ = await asyncio.to_thread(put, b" " * (1024 * 1024 + 1), {})
+            assert st == 413
+            assert b.limiter.config.heap_mb == 1
+    run_bounded(main())
+
+
 def test_an_admin_handler_that_fails_is_a_500_with_one_log_line(caplog, monkeypatch):
     """Whatever a handler raises, the answer is a 500 with a short message
     and the log gets one line per 10 s, not a traceback per request."""
