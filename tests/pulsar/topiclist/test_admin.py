@@ -167,6 +167,35 @@ def test_admin_connections_over_the_cap_are_answered_503_and_closed():
     run_bounded(main())
 
 
+@pytest.mark.slow
+def test_the_stalled_admin_attack_meets_the_cap_and_the_deadline():
+    """hostile.stalled_admin, 20 connections against a cap of 8: eight are
+    held until the header deadline closes them, twelve are answered 503;
+    the binary port serves meanwhile."""
+    from pylimiter.pulsar.topiclist import hostile
+
+    async def main():
+        guards = AdminGuards(max_connections=8, header_timeout=1.5)
+        async with running(Broker(TopicListConfig(), store=store_with(),
+                                  admin_guards=guards)) as b:
+            got = hostile.AdminStall()
+            attack = asyncio.ensure_future(hostile.stalled_admin(
+                b.admin_url, connections=20, result=got))
+            await until(lambda: got.opened == 20 and got.refused == 12, timeout=20,
+                        what="twenty opened, twelve refused")
+            assert len(b.admin_gate.open) == 8
+            c = await protocol.ClientConnection.open(b.service_url)
+            assert len((await c.get_topics(NS))[0].topics) == 3
+            await c.close()
+            await until(lambda: got.closed == 8, timeout=20, what="the deadline")
+            assert b.stats()["guards"]["admin_header_timeouts"] == 8
+            attack.cancel()
+            await asyncio.gather(attack, return_exceptions=True)
+            with pytest.raises(ValueError, match="loopback only"):
+                await hostile.stalled_admin("http://192.0.2.1:80", connections=1)
+    run_bounded(main())
+
+
 def test_the_default_connection_cap_is_a_share_of_the_descriptor_limit():
     soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
     cap = AdminGuards().connection_cap()
