@@ -34,6 +34,11 @@ What one client can make the service hold is bounded besides (issue 19):
     client, however many requests or watchers it makes, keeps the others
     from being accepted and served.
 
+The admin/metrics HTTP API is bounded the same way (admin.py, issue 32):
+deadlines for a request's head and body, a cap on its connections (so it
+cannot take the file descriptors the binary port needs), and every body
+it reads answered 400 when it is not JSON it can use, whatever it holds.
+
 Every request gets an answer or an error frame carrying its request id,
 whatever fails, unless its client has gone; /admin/stats counts each request
 exactly once under how it ended.  A closed connection gives its memory back
@@ -146,7 +151,9 @@ class RateLimitedLog:
 
 
 class ServiceBase:
-    """One listener (broker or proxy) with its limiter, metrics and admin."""
+    """One listener (broker or proxy) with its limiter, metrics and admin.
+    `admin_guards` (admin.AdminGuards) bounds the admin API's connections
+    and request deadlines; admin_port None serves no admin API."""
 
     role = "broker"
     advertise_watchers = True
