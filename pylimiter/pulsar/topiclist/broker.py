@@ -40,10 +40,11 @@ def check_topic_text(topic: str) -> None:
 class TopicStore:
     """Namespace -> topics (insertion-ordered), with change listeners.
 
-    Names that UTF-8 cannot encode are refused by add and add_many; one
-    that is in the store all the same (put there by other code, or by an
-    older version) is left out of every listing with one log line, so that
-    it never fails a whole listing or watch; remove still takes it out."""
+    The admin API refuses names that UTF-8 cannot encode (check_topic_text);
+    the store keeps whatever it is given, but such a name (put there by
+    other code, or by an older version) is left out of every listing with
+    one log line and of every watch update, so that it never fails a whole
+    listing or watch; remove takes it out."""
 
     def __init__(self):
         self.namespaces: dict[str, dict[str, None]] = {}
@@ -53,9 +54,8 @@ class TopicStore:
 
     def add(self, topic: str) -> bool:
         """Add a topic (firing watch updates); False if it existed.
-        ValueError if it is not a topic name or not UTF-8 text."""
+        ValueError if it is not a topic name."""
         _, ns, _ = protocol.split_topic(topic)
-        check_topic_text(topic)
         topics = self.namespaces.setdefault(ns, {})
         if topic in topics:
             return False
@@ -65,24 +65,20 @@ class TopicStore:
 
     def add_many(self, topics: Iterable[str]) -> None:
         """Add topics in bulk, at start-up (no updates fired).  ValueError
-        at the first that is not a topic name or not UTF-8 text."""
+        at the first that is not a topic name."""
         for t in topics:
             _, ns, _ = protocol.split_topic(t)
-            check_topic_text(t)
             self.namespaces.setdefault(ns, {})[t] = None
 
     def remove(self, topic: str) -> bool:
-        """Remove a topic (firing watch updates); False if absent.  A name
-        that is not UTF-8 text is removed without an update: no listing or
-        watcher ever had it."""
+        """Remove a topic (firing watch updates); False if absent."""
         _, ns, _ = protocol.split_topic(topic)
         topics = self.namespaces.get(ns)
         if not topics or topic not in topics:
             return False
         del topics[topic]
         self.skipped.discard(topic)
-        if protocol.unencodable_at(topic) is None:
-            self._fire(ns, [], [topic])
+        self._fire(ns, [], [topic])
         return True
 
     def list(self, ns: str, mode: int = protocol.Mode.ALL) -> list[str]:
@@ -105,6 +101,12 @@ class TopicStore:
         return False
 
     def _fire(self, ns, added, removed):
+        # A name that is not UTF-8 text is never in an update: no listing
+        # or watcher has it, and a watcher's pattern could not match it.
+        added = [t for t in added if protocol.unencodable_at(t) is None]
+        removed = [t for t in removed if protocol.unencodable_at(t) is None]
+        if not added and not removed:
+            return
         for cb in list(self.listeners):
             cb(ns, added, removed)
 

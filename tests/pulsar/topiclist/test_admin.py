@@ -325,7 +325,7 @@ def test_one_stored_name_that_is_not_utf8_text_never_fails_a_listing_or_a_watch(
     instead of failing for everyone; DELETE still removes it."""
     async def main():
         store = store_with()
-        store.namespaces[NS][BAD] = None
+        store.add(BAD)
         async with running(Broker(TopicListConfig(), store=store)) as b, \
                 running(Proxy(TopicListConfig(), broker_url=b.service_url)) as px:
             c = await protocol.ClientConnection.open(b.service_url)
@@ -360,13 +360,25 @@ def test_one_stored_name_that_is_not_utf8_text_never_fails_a_listing_or_a_watch(
         run_bounded(main())
 
 
-def test_the_store_refuses_names_that_are_not_utf8_text():
+def test_the_store_keeps_names_that_are_not_utf8_text_out_of_listings_and_updates():
+    """The door is the admin API; the store itself keeps what it is given
+    (add, add_many), but never lists such a name nor sends it to a
+    watcher, whose pattern could not even match it."""
+    from pylimiter.pulsar.topiclist.broker import check_topic_text
+
     s = TopicStore()
-    with pytest.raises(ValueError, match="not valid UTF-8 text"):
-        s.add(BAD)
-    with pytest.raises(ValueError, match="not valid UTF-8 text"):
-        s.add_many([TOPICS[0], BAD])
+    s.add_many([TOPICS[0], BAD])
+    seen = []
+    s.listeners.add(lambda ns, added, removed: seen.append((added, removed)))
+    assert s.add(BAD.replace("bad", "worse"))
     assert s.add("persistent://public/default/caf\u00e9-\U0001f600")
+    assert s.list(NS) == [TOPICS[0], "persistent://public/default/caf\u00e9-\U0001f600"]
+    assert s.remove(BAD) and s.remove(TOPICS[0])
+    assert seen == [(["persistent://public/default/caf\u00e9-\U0001f600"], []),
+                    ([], [TOPICS[0]])]
+    with pytest.raises(ValueError, match="not valid UTF-8 text"):
+        check_topic_text(BAD)
+    check_topic_text("persistent://public/default/caf\u00e9")
     assert protocol.unencodable_at(BAD) == len(BAD) - 1
     assert protocol.unencodable_at("caf\u00e9") is None and protocol.unencodable_at("x") is None
 
