@@ -19,7 +19,8 @@ from . import protocol
 from .limits import LimitFailed
 from .patterns import InvalidPattern, PatternTooLong, TopicsPattern
 from .protocol import CommandType, Mode, ServerError
-from .server import INITIAL_ESTIMATE, ConnectionBase, ServiceBase
+from .admin import BadRequest, read_json
+from .server import INITIAL_ESTIMATE, ConnectionBase, ServiceBase, log
 
 Listener = Callable[[str, list, list], None]
 #: What a watcher costs besides its topics (the object, its event, its
@@ -27,15 +28,33 @@ Listener = Callable[[str, list, list], None]
 WATCHER_BASE_COST = 2048
 
 
+def check_topic_text(topic: str) -> None:
+    """ValueError unless `topic` is text UTF-8 can encode (see
+    protocol.unencodable_at)."""
+    at = protocol.unencodable_at(topic)
+    if at is not None:
+        raise ValueError(f"topic name is not valid UTF-8 text: it holds an unpaired "
+                         f"surrogate (U+{ord(topic[at]):04X}) at character {at}")
+
+
 class TopicStore:
-    """Namespace -> topics (insertion-ordered), with change listeners."""
+    """Namespace -> topics (insertion-ordered), with change listeners.
+
+    The admin API refuses names that UTF-8 cannot encode (check_topic_text);
+    the store keeps whatever it is given, but such a name (put there by
+    other code, or by an older version) is left out of every listing with
+    one log line and of every watch update, so that it never fails a whole
+    listing or watch; remove takes it out."""
 
     def __init__(self):
         self.namespaces: dict[str, dict[str, None]] = {}
         self.listeners: set[Listener] = set()
+        #: stored names left out of listings, each logged once
+        self.skipped: set[str] = set()
 
     def add(self, topic: str) -> bool:
-        """Add a topic (firing watch updates); False if it existed."""
+        """Add a topic (firing watch updates); False if it existed.
+        ValueError if it is not a topic name."""
         _, ns, _ = protocol.split_topic(topic)
         topics = self.namespaces.setdefault(ns, {})
         if topic in topics:
@@ -45,7 +64,8 @@ class TopicStore:
         return True
 
     def add_many(self, topics: Iterable[str]) -> None:
-        """Add topics in bulk, at start-up (no updates fired)."""
+        """Add topics in bulk, at start-up (no updates fired).  ValueError
+        at the first that is not a topic name."""
         for t in topics:
             _, ns, _ = protocol.split_topic(t)
             self.namespaces.setdefault(ns, {})[t] = None
@@ -57,14 +77,36 @@ class TopicStore:
         if not topics or topic not in topics:
             return False
         del topics[topic]
+        self.skipped.discard(topic)
         self._fire(ns, [], [topic])
         return True
 
     def list(self, ns: str, mode: int = protocol.Mode.ALL) -> list[str]:
-        """The namespace's topics of a mode, in insertion order."""
-        return [t for t in self.namespaces.get(ns, ()) if protocol.mode_matches(t, mode)]
+        """The namespace's topics of a mode, in insertion order, without
+        names that are not UTF-8 text (see the class)."""
+        out = [t for t in self.namespaces.get(ns, ()) if protocol.mode_matches(t, mode)]
+        if not "".join(out).isascii():
+            out = [t for t in out if t.isascii() or self._usable(t)]
+        return out
+
+    def _usable(self, topic: str) -> bool:
+        at = protocol.unencodable_at(topic)
+        if at is None:
+            return True
+        if topic not in self.skipped:
+            self.skipped.add(topic)
+            # ascii(): the log's stream could not write the name either.
+            log.warning("topic %s left out of listings: not valid UTF-8 text (an unpaired "
+                        "surrogate at character %d); delete it", ascii(topic), at)
+        return False
 
     def _fire(self, ns, added, removed):
+        # A name that is not UTF-8 text is never in an update: no listing
+        # or watcher has it, and a watcher's pattern could not match it.
+        added = [t for t in added if protocol.unencodable_at(t) is None]
+        removed = [t for t in removed if protocol.unencodable_at(t) is None]
+        if not added and not removed:
+            return
         for cb in list(self.listeners):
             cb(ns, added, removed)
 
@@ -117,26 +159,31 @@ class Broker(ServiceBase):
         app.router.add_delete("/admin/topics", self._h_delete_topic)
         app.router.add_get("/admin/namespaces/{tenant}/{ns}/topics", self._h_list)
 
-    async def _topic_arg(self, request):
+    async def _topic_arg(self, request, *, new: bool):
+        """The topic a request names (?name= or a JSON body); BadRequest
+        (400) unless it is a topic name, not too long, and, for a `new`
+        topic, UTF-8 text (a stored name that is not can still be deleted)."""
         name = request.query.get("name")
         if name is None and request.can_read_body:
-            body = await request.json()
+            body = await read_json(request, self.admin_gate)
             name = body.get("topic") if isinstance(body, dict) else None
         if not name or not isinstance(name, str):
-            raise ValueError("give the topic as ?name=persistent://tenant/ns/topic "
+            raise BadRequest("give the topic as ?name=persistent://tenant/ns/topic "
                              "or a JSON body {\"topic\": ...}")
         if len(name) > self.config.name_max_length:
-            raise ValueError(f"topic name longer than maximum: {self.config.name_max_length}")
-        protocol.split_topic(name)
+            raise BadRequest(f"topic name longer than maximum: {self.config.name_max_length}")
+        try:
+            protocol.split_topic(name)
+            if new:
+                check_topic_text(name)
+        except ValueError as exc:
+            raise BadRequest(str(exc)) from None
         return name
 
     async def _h_add_topic(self, request):
         from aiohttp import web
 
-        try:
-            name = await self._topic_arg(request)
-        except ValueError as exc:
-            return web.json_response({"error": str(exc)}, status=400)
+        name = await self._topic_arg(request, new=True)
         created = self.store.add(name)
         return web.json_response({"topic": name, "created": created},
                                  status=201 if created else 200)
@@ -144,10 +191,7 @@ class Broker(ServiceBase):
     async def _h_delete_topic(self, request):
         from aiohttp import web
 
-        try:
-            name = await self._topic_arg(request)
-        except ValueError as exc:
-            return web.json_response({"error": str(exc)}, status=400)
+        name = await self._topic_arg(request, new=False)
         if not self.store.remove(name):
             return web.json_response({"error": f"topic {name} does not exist"}, status=404)
         return web.json_response({"topic": name, "deleted": True})

@@ -6,11 +6,13 @@ runner, pylimiter._cli.run, which turns errors into one line and status
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import json
 import logging
 import signal
 import sys
+import textwrap
 from dataclasses import replace
 from pathlib import Path
 
@@ -31,7 +33,8 @@ from pylimiter._cli import (
 )
 from pylimiter.spark.report import plural
 
-__all__ = ["NEEDS", "PROG", "build_parser", "describe_load", "main", "run"]
+__all__ = ["NEEDS", "PROG", "build_parser", "describe_load", "describe_preset", "main",
+           "run"]
 
 PROG = "python -m pylimiter.pulsar.topiclist"
 #: What the service imports beyond pylimiter (the `topiclist` extra).
@@ -73,19 +76,55 @@ def build_parser():
                        help="forward topic lists from a broker, with limits")
     p.add_argument("--broker", required=True, help="pulsar://host:port of the broker")
     _limit_args(p)
-    ld = sub.add_parser("load", usage="%(prog)s --url URL [options]",
-                        help="N connections listing a namespace for a duration")
-    ld.add_argument("--url", required=True, help="pulsar://host:port (broker or proxy)")
+    from .loadgen import PRESETS
+
+    ld = sub.add_parser(
+        "load", usage="%(prog)s (--url URL | --preset NAME) [options]",
+        help="N connections listing a namespace for a duration; --preset limits starts its "
+             "own broker and shows its limits acting",
+        epilog=textwrap.fill("presets (each starts a broker of its own; --topics, "
+                             "--connections, --duration and --read-delay, when given, "
+                             "override the preset's):", 78) + "\n" + "\n".join(
+                   textwrap.fill(p.help, 78, initial_indent=f"  {p.name}: ",
+                                 subsequent_indent="    ") for p in PRESETS.values()))
+    ld.add_argument("--url", help="pulsar://host:port (broker or proxy)")
     ld.add_argument("--admin", help="http://host:port of its admin API, for peak RSS/permits")
+    ld.add_argument("--preset", choices=sorted(PRESETS),
+                    help="instead of --url: start a broker sized for the preset's load, run "
+                         "it, and print each pool's waits, refusals and peak against its "
+                         "limit, and the broker's peak memory (see below)")
     ld.add_argument("--namespace", default="public/default", help="namespace to list")
-    ld.add_argument("--connections", type=positive_int, default=10, help="client connections")
-    ld.add_argument("--duration", type=positive_float, default=10.0, help="seconds")
+    ld.add_argument("--topics", type=positive_int, default=None,
+                    help="with --preset: topics in its broker's namespace (the pools are "
+                         "sized in listings of it)")
+    # With --preset, these three keep the preset's values unless given.
+    ld.add_argument("--connections", type=positive_int, default=10, action=_Given,
+                    help="client connections")
+    ld.add_argument("--duration", type=positive_float, default=10.0, action=_Given,
+                    help="seconds")
     ld.add_argument("--max-requests", type=positive_int, default=None,
                     help="stop after this many requests in all")
-    ld.add_argument("--read-delay", type=non_negative_float, default=0.0,
-                    help="seconds each client waits before reading a response (slow readers)")
+    ld.add_argument("--read-delay", type=non_negative_float, default=0.0, action=_Given,
+                    help="seconds each client waits before reading a response (slow "
+                         "readers; with --preset, the delay of its slow readers)")
     ld.add_argument("--json", action="store_true", help="print the result as JSON")
     return ap
+
+
+class _Given(argparse.Action):
+    """Store the value and note that it was given (in `given`), so that a
+    preset keeps its own value for a flag left at its default."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        setattr(namespace, self.dest, values)
+        given = set(getattr(namespace, "given", ()))
+        given.add(self.dest)
+        namespace.given = given
+
+
+def _given(args, name: str):
+    """The flag's value if given on the command line, else None."""
+    return getattr(args, name) if name in getattr(args, "given", ()) else None
 
 
 def _config(args):
@@ -160,6 +199,13 @@ def _load(args) -> int:
     from .loadgen import run_load
     from .protocol import parse_url
 
+    if args.preset is not None:
+        return _load_preset(args)
+    if args.url is None:
+        raise UsageError("give --url pulsar://host:port (a broker or proxy), or --preset "
+                         "NAME to start one")
+    if args.topics is not None:
+        raise UsageError("--topics goes with --preset (the broker at --url has its own)")
     try:
         parse_url(args.url)
     except ValueError as exc:
@@ -176,6 +222,84 @@ def _load(args) -> int:
     for key, text in describe_load(s).items():
         print(f"{key:>20}: {text}")
     return 0
+
+
+def _load_preset(args) -> int:
+    from .loadgen import PRESETS, run_preset
+    from .protocol import split_topic
+
+    if args.url is not None or args.admin is not None:
+        raise UsageError("--preset starts its own broker: drop --url/--admin (or drop "
+                         "--preset to load a running one)")
+    try:
+        split_topic(f"persistent://{args.namespace}/x")
+    except ValueError:
+        raise UsageError(f"--namespace {args.namespace!r} is not tenant/namespace") from None
+    preset = PRESETS[args.preset]
+    if not args.json:
+        print(f"load preset {preset.name!r}: starting a broker ...", file=sys.stderr,
+              flush=True)
+    res = asyncio.run(run_preset(preset, args.namespace, topics=args.topics,
+                                 connections=_given(args, "connections"),
+                                 duration=_given(args, "duration"),
+                                 read_delay=_given(args, "read_delay"),
+                                 max_requests=args.max_requests))
+    if args.json:
+        print(json.dumps(res))
+    else:
+        print("\n".join(describe_preset(res)))
+    return 0
+
+
+def describe_preset(r: dict) -> list:
+    """A preset run in words: the setting, one row per pool (limit, peak,
+    grants, waits, refusals), the clients' view and the broker's memory."""
+    c = r["clients"]
+    slow = (f", {r['slow_readers']} of them reading each answer "
+            f"{fmt_seconds(r['read_delay_s'])} late" if r["slow_readers"] else "")
+    lines = [
+        f"broker: {plural(r['topics'], 'topic')} in {r['namespace']}; one listing holds "
+        f"{fmt_bytes(r['listing_heap_bytes'])} of heap and "
+        f"{fmt_bytes(r['answer_frame_bytes'])} of direct memory",
+        f"limits: heap {fmt_bytes(r['pools']['heap']['limit'])} "
+        f"({r['heap_listings']:g} listings), direct "
+        f"{fmt_bytes(r['pools']['direct']['limit'])} ({r['direct_answers']:g} answers); a "
+        f"wait times out after {fmt_seconds(r['timeout_ms'] / 1000)}, "
+        f"{r['queue']} may queue per pool",
+        f"load: {plural(r['connections'], 'connection')}{slow}, for "
+        f"{fmt_seconds(r['duration_s'])}; a refused request is retried after "
+        f"{fmt_seconds(r['retry_delay_s'])}",
+        "",
+    ]
+    head = ("pool", "limit", "peak held", "grants", "waited", "mean wait", "p99 wait",
+            "timed out", "queue full")
+    rows = [head]
+    for name in ("heap", "direct"):
+        p = r["pools"][name]
+        share = f" ({100 * p['peak'] / p['limit']:.0f}%)" if p["limit"] else ""
+        mean = fmt_seconds(p["wait_s"] / p["waited"]) if p["waited"] else "-"
+        p99 = "-" if p["wait_p99_le_s"] is None else f"<= {fmt_seconds(p['wait_p99_le_s'])}"
+        rows.append((name, fmt_bytes(p["limit"]) if p["limit"] else "none",
+                     fmt_bytes(p["peak"]) + share, str(p["granted"]), str(p["waited"]),
+                     mean, p99, str(p["timeouts"]), str(p["queue_full"])))
+    widths = [max(len(row[i]) for row in rows) for i in range(len(head))]
+    lines += ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip()
+              for row in rows]
+    lines.append("")
+
+    def ms(v):
+        return "-" if v is None else fmt_seconds(v / 1000.0)
+    lines.append(f"clients: {plural(c['requests'], 'request')}: {c['responses']} answered "
+                 f"({fmt_rate(c['rps'], 'resp')}), {c['too_many_requests']} refused with "
+                 f"TooManyRequests, {c['other_errors']} other errors; latency p50 "
+                 f"{ms(c['p50_ms'])}, p99 {ms(c['p99_ms'])}, max {ms(c['max_ms'])}")
+    limits = r["pools"]["heap"]["limit"] + r["pools"]["direct"]["limit"]
+    if r["rss_before_bytes"] is not None and r["rss_peak_bytes"] is not None:
+        grew = r["rss_peak_bytes"] - r["rss_before_bytes"]
+        lines.append(f"broker memory: RSS {fmt_bytes(r['rss_before_bytes'])} before the load, "
+                     f"peak {fmt_bytes(r['rss_peak_bytes'])} ({'+' if grew >= 0 else ''}"
+                     f"{fmt_bytes(grew)}; heap + direct limits {fmt_bytes(limits)})")
+    return lines
 
 
 def describe_load(s: dict) -> dict:

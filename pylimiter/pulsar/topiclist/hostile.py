@@ -14,7 +14,10 @@ the server hold until cancelled, closing its connections on the way out:
 * partial_frames: connections each holding a frame one byte short (2b);
 * pipelined_lookups: LOOKUPs and unsupported commands, never reading the
   answers (2c);
-* watchers: thousands of topic-list watchers (2d, 3).
+* watchers: thousands of topic-list watchers (2d, 3);
+* stalled_admin: admin HTTP connections that send half a request head and
+  stall (issue 32, G3: they used to be kept open until the file
+  descriptors ran out and the binary port stopped accepting).
 """
 
 from __future__ import annotations
@@ -263,6 +266,62 @@ async def watchers(url: str, namespace: str, *, count: int = 5000, per_connectio
     return result
 
 
+@dataclass
+class AdminStall:
+    """What a stalled-admin attack got: connections it opened, and how many
+    the server answered 503 (over its cap) or closed (its deadline)."""
+
+    opened: int = 0
+    refused: int = 0
+    closed: int = 0
+
+
+async def stalled_admin(admin_url: str, *, connections: int = 1030, hold: Optional[float] = None,
+                        result: Optional[AdminStall] = None,
+                        connect_timeout: float = 5.0) -> AdminStall:
+    """G3: `connections` connections to the admin API, each sending half a
+    request head (no blank line) and nothing more, held until cancelled or
+    `hold` s; what the server answers is read and counted in `result`.  A
+    connection the server closes is not reopened."""
+    result = result if result is not None else AdminStall()
+    m = re.match(r"^http://([^/:]+):(\d+)/?$", admin_url)
+    if not m:
+        raise ValueError(f"expected http://host:port, not {admin_url!r}")
+    host, port = m[1], int(m[2])
+    check_loopback(host)
+    head = f"GET /metrics HTTP/1.1\r\nHost: {host}\r\n".encode()
+    writers, watchers = [], []
+
+    async def watch(r):
+        try:
+            first = await r.read(64)
+            if first.startswith(b"HTTP/1.1 503"):
+                result.refused += 1
+            elif not first:
+                result.closed += 1
+        except (ConnectionError, OSError):
+            result.closed += 1
+
+    try:
+        for _ in range(connections):
+            try:
+                r, w = await asyncio.wait_for(asyncio.open_connection(host, port),
+                                              connect_timeout)
+            except (OSError, asyncio.TimeoutError):
+                continue
+            w.write(head)
+            writers.append(w)
+            watchers.append(asyncio.ensure_future(watch(r)))
+            result.opened += 1
+        await _hold(hold)
+    finally:
+        for t in watchers:
+            t.cancel()
+        await asyncio.gather(*watchers, return_exceptions=True)
+        _abort_all(writers)
+    return result
+
+
 # ---- the honest client -------------------------------------------------------------
 
 
@@ -301,7 +360,7 @@ async def probe(url: str, namespace: str, *, timeout: float = 30.0) -> Probe:
 #: What an AttackProcess can run, by name (keyword arguments as above).
 ATTACKS = {"non_reader": non_reader, "subscribe_names": subscribe_names,
            "partial_frames": partial_frames, "pipelined_lookups": pipelined_lookups,
-           "watchers": watchers}
+           "watchers": watchers, "stalled_admin": stalled_admin}
 
 
 class AttackProcess:

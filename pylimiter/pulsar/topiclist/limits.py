@@ -267,12 +267,34 @@ class TopicListLimiter:
         self.config = new
 
     def snapshot(self) -> dict:
-        """Per pool: use, limit (0: none), queue and counters."""
+        """Per pool: use, limit (0: none), queue and counters, and the
+        waits: grants that queued (`waited`; an immediate grant counts as a
+        0 s wait, so these are the ones over the histogram's first bound,
+        0.1 ms), their total (`wait_s`) and the histogram's bound under
+        which 99% of all grants fall (`wait_p99_le_s`, None with no
+        grant)."""
         out = {}
         for t, name in POOL_NAMES.items():
             s = self.dual.get_limiter(t).stats()
+            buckets = s.wait_seconds_buckets
             out[name] = {"used": s.acquired_permits, "limit": max(s.max_permits, 0),
                          "queue": s.queue_size, "queue_max": max(s.max_queue_size, 0),
                          "timeouts": s.timeout_total, "queue_full": s.queue_full_total,
-                         "granted": s.acquired_total}
+                         "granted": s.acquired_total,
+                         "waited": s.wait_seconds_count - (buckets[0][1] if buckets else 0),
+                         "wait_s": s.wait_seconds_sum,
+                         "wait_p99_le_s": _quantile_bound(buckets, s.wait_seconds_count, 0.99)}
         return out
+
+
+def _quantile_bound(buckets, count: int, q: float) -> Optional[float]:
+    """The least histogram bound under which a share q of the observations
+    fall (cumulative buckets); None without observations, and None too for
+    the +Inf bucket (JSON has no infinity)."""
+    if count <= 0:
+        return None
+    need = q * count
+    for bound, n in buckets:
+        if n >= need:
+            return None if bound == float("inf") else bound
+    return None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import re
 import struct
 import time
@@ -69,16 +70,21 @@ def scrape(admin_url: str, timeout: float = 10.0) -> dict:
 
 async def run_load(url: str, namespace: str, connections: int, duration: float, *,
                    admin_url: Optional[str] = None, request_timeout: float = 120.0,
-                   max_requests: Optional[int] = None, read_delay: float = 0.0
-                   ) -> LoadResult:
+                   max_requests: Optional[int] = None, read_delay: float = 0.0,
+                   retry_delay: float = 0.0, budget: Optional[list] = None) -> LoadResult:
     """Each connection sends GET_TOPICS_OF_NAMESPACE back to back until the
     duration (or max_requests in all) is reached; bounded in time and count.
     read_delay makes each client wait before reading its response, like a
     slow network or a busy client: the server must then hold what it wrote
-    until the client takes it, which is where unlimited memory grows."""
+    until the client takes it, which is where unlimited memory grows.
+    retry_delay: how long a client waits after TooManyRequests before its
+    next request (Pulsar's clients back off, from 100 ms).  `budget`, a
+    one-item list, is a request budget shared with other runs (it then
+    replaces max_requests)."""
     res = LoadResult(connections, duration)
     deadline = time.monotonic() + duration
-    budget = [max_requests if max_requests is not None else float("inf")]
+    if budget is None:
+        budget = [max_requests if max_requests is not None else float("inf")]
 
     async def one():
         # A lean client: decoding a 100k-topic response costs the load
@@ -124,6 +130,9 @@ async def run_load(url: str, namespace: str, connections: int, duration: float, 
                     if command.type == CommandType.ERROR and \
                             command.error.error == protocol.ServerError.TooManyRequests:
                         res.too_many_requests += 1
+                        if retry_delay:
+                            await asyncio.sleep(min(retry_delay,
+                                                    max(0.0, deadline - time.monotonic())))
                     else:
                         res.other_errors += 1
                 del body
@@ -136,3 +145,149 @@ async def run_load(url: str, namespace: str, connections: int, duration: float, 
     if admin_url:
         res.server = await asyncio.to_thread(scrape, admin_url)  # the server may share this loop
     return res
+
+
+def merged(a: LoadResult, b: LoadResult) -> LoadResult:
+    """Two runs that went on at the same time, as one (the server's figures
+    are b's, else a's)."""
+    return LoadResult(
+        a.connections + b.connections, max(a.duration_s, b.duration_s),
+        requests=a.requests + b.requests, responses=a.responses + b.responses,
+        bytes=a.bytes + b.bytes, too_many_requests=a.too_many_requests + b.too_many_requests,
+        other_errors=a.other_errors + b.other_errors,
+        latencies_ms=a.latencies_ms + b.latencies_ms, server=b.server or a.server)
+
+
+# ---- presets: a server of their own and a load that shows the limiter acting ---------
+
+
+@dataclass(frozen=True)
+class Preset:
+    """A load run against a broker the preset starts itself, in a process
+    of its own (so that its memory is its own), with pools sized in
+    listings of its namespace: the load is then known to overrun them.
+
+    topics: generated topics in the namespace; heap_listings: the heap pool,
+    in listings' heap estimates; direct_answers: the direct pool, in answer
+    frames; timeout_ms: both pools' wait timeout; queue_share: both pools'
+    queue size, as a share of the connections (so that the pools and the
+    queue together hold fewer requests than the clients make, at any
+    scale); connections, of which slow_share read each answer read_delay s
+    late; retry_delay: the clients' pause after TooManyRequests; duration
+    (s)."""
+
+    name: str
+    help: str
+    topics: int
+    heap_listings: float
+    direct_answers: float
+    timeout_ms: int
+    queue_share: float
+    connections: int
+    slow_share: float
+    read_delay: float
+    retry_delay: float
+    duration: float
+
+    def queue_for(self, connections: int) -> int:
+        """Both pools' queue size for this many connections."""
+        return max(1, round(connections * self.queue_share))
+
+    def limits(self, namespace: str, topics: int, connections: int) -> dict:
+        """The broker's settings for `topics` generated topics and this
+        many connections: pool sizes (MB) from one listing's heap estimate
+        and answer frame, with 1% to spare so that exactly that many fit;
+        the queues from the connections."""
+        from .broker import generated_topics
+
+        names = generated_topics(namespace, topics)
+        heap = protocol.estimate_heap(names)
+        frame = protocol.frame_size(protocol.cmd(
+            CommandType.GET_TOPICS_OF_NAMESPACE_RESPONSE, "getTopicsOfNamespaceResponse",
+            request_id=2**63 - 1, topics=names, topics_hash=protocol.topics_hash(names),
+            changed=True, filtered=False))
+        mb = 1024 * 1024
+        return {"listing_heap_bytes": heap, "answer_frame_bytes": frame,
+                "heap_mb": max(heap * self.heap_listings * 1.01, 1) / mb,
+                "direct_mb": max(frame * self.direct_answers * 1.01, 1) / mb,
+                "heap_timeout_ms": self.timeout_ms, "direct_timeout_ms": self.timeout_ms,
+                "heap_queue": self.queue_for(connections),
+                "direct_queue": self.queue_for(connections)}
+
+
+#: The load presets, by name (``load --preset NAME``).
+PRESETS = {
+    "limits": Preset(
+        "limits",
+        "start a broker with small pools (heap: 4 listings of its 10,000 topics, direct: "
+        "2 answers; a wait times out after 0.75 s; half as many requests may queue as "
+        "there are connections) and overrun them with 40 connections, a quarter of them "
+        "reading each answer 0.5 s late; print each pool's waits, refusals and peak "
+        "against its limit, and the broker's peak memory",
+        topics=10_000, heap_listings=4, direct_answers=2, timeout_ms=750, queue_share=0.5,
+        connections=40, slow_share=0.25, read_delay=0.5, retry_delay=0.1, duration=10.0),
+}
+
+
+async def run_preset(preset: Preset, namespace: str, *, topics: Optional[int] = None,
+                     connections: Optional[int] = None, duration: Optional[float] = None,
+                     read_delay: Optional[float] = None,
+                     max_requests: Optional[int] = None) -> dict:
+    """Run `preset` (arguments given override its own): start its broker,
+    run the load, read the broker's pools and memory, stop it.  The result
+    as a JSON-able dict: the settings, the clients' view (as
+    LoadResult.summary), each pool's limit, peak, grants, waits and
+    refusals, and the broker's RSS before the load and at its peak."""
+    from .hostile import ServiceProcess
+
+    topics = preset.topics if topics is None else topics
+    connections = preset.connections if connections is None else connections
+    duration = preset.duration if duration is None else duration
+    read_delay = preset.read_delay if read_delay is None else read_delay
+    limits = preset.limits(namespace, topics, connections)
+    flags = ["--topics", str(topics), "--namespace", namespace]
+    for key in ("heap_mb", "direct_mb", "heap_timeout_ms", "direct_timeout_ms",
+                "heap_queue", "direct_queue"):
+        flags += [f"--{key.replace('_', '-')}", f"{limits[key]:.9g}"]
+    broker = await asyncio.to_thread(ServiceProcess, "broker", *flags)
+    try:
+        rss_before = _or_none(broker.rss)
+        slow = min(connections - 1, round(connections * preset.slow_share)) \
+            if read_delay > 0 else 0
+        budget = [max_requests if max_requests is not None else float("inf")]
+        runs = [run_load(broker.url, namespace, connections - slow, duration,
+                         retry_delay=preset.retry_delay, budget=budget)]
+        if slow:
+            runs.append(run_load(broker.url, namespace, slow, duration, read_delay=read_delay,
+                                 retry_delay=preset.retry_delay, budget=budget))
+        results = await asyncio.gather(*runs)
+        load = results[0] if len(results) == 1 else merged(*results)
+        stats = await asyncio.to_thread(_get_json, f"{broker.admin}/admin/stats")
+        rss_peak = _or_none(broker.peak)
+    finally:
+        await asyncio.to_thread(broker.stop)
+    pools = {}
+    for name, p in stats["limits"].items():
+        pools[name] = dict(p, peak=stats["peak_permits"][name])
+    return {"preset": preset.name, "namespace": namespace, "topics": topics,
+            "connections": connections, "slow_readers": slow, "read_delay_s": read_delay,
+            "retry_delay_s": preset.retry_delay, "duration_s": duration,
+            "timeout_ms": preset.timeout_ms, "queue": limits["heap_queue"],
+            "heap_listings": preset.heap_listings, "direct_answers": preset.direct_answers,
+            "listing_heap_bytes": limits["listing_heap_bytes"],
+            "answer_frame_bytes": limits["answer_frame_bytes"],
+            "clients": load.summary(), "pools": pools,
+            "rss_before_bytes": rss_before, "rss_peak_bytes": rss_peak}
+
+
+def _or_none(read):
+    """read(), or None where /proc is not there to read it (not Linux)."""
+    try:
+        return read()
+    except (OSError, RuntimeError):
+        return None
+
+
+def _get_json(url: str, timeout: float = 10.0):
+    with urllib.request.urlopen(url, timeout=timeout) as r:
+        return json.loads(r.read())

@@ -137,6 +137,20 @@ def split_topic(name: str) -> tuple[str, str, str]:
     return m[1], f"{m[2]}/{m[3]}", m[4]
 
 
+def unencodable_at(name: str) -> Optional[int]:
+    """Where `name` holds a character UTF-8 cannot encode (an unpaired
+    surrogate, which JSON's "\\ud800" escapes make), None if nowhere.  Such
+    a name cannot go into a frame (protobuf strings are UTF-8) nor be
+    hashed or estimated.  Cheap for ASCII names, which most are."""
+    if name.isascii():
+        return None
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        return exc.start
+    return None
+
+
 def mode_matches(name: str, mode: int) -> bool:
     """Whether a topic belongs to a GET_TOPICS_OF_NAMESPACE mode."""
     if mode == Mode.ALL:

@@ -6,8 +6,10 @@ through the proxy too (CONNECT with proxy_to_broker_url), which the proxy
 then pipes byte for byte to the broker, as Pulsar's proxy does.
 GET_TOPICS_OF_NAMESPACE is forwarded and its response decoded and
 re-encoded under PIP-442's proxy limits: a heap permit (estimate, then the
-broker's response frame size) while it holds the decoded list, and a direct
-permit for the re-encoded write.  Topic-list watchers are not offered
+broker's response frame size) for the decoded list and a direct permit for
+the re-encoded write, both held until the write to the client completes and
+released together after it (the broker, by contrast, gives its heap permit
+back once the list is serialized).  Topic-list watchers are not offered
 through the proxy (the CONNECTED feature flag says so; clients fall back to
 periodic re-discovery).
 
@@ -211,7 +213,9 @@ class ProxyConnection(ConnectionBase):
     async def get_topics(self, client_rid: int, upstream):
         """Forward a listing under the proxy's own limits: a heap permit of
         the estimate for (namespace, mode), resized to the broker's response
-        frame, and a direct permit for the write."""
+        frame, and a direct permit for the write; both held until the write
+        has completed (the transport handed the frame to the kernel, or the
+        connection failed), then released together."""
         svc = self.service
         body = upstream.getTopicsOfNamespace
         key = (body.namespace, body.mode)
@@ -231,7 +235,13 @@ class ProxyConnection(ConnectionBase):
                 await self.heap_update(dual, heap, frame)
                 box = [resp]
                 del resp
-                await self.write_limited(box, dual, heap)
+                # PIP-442's proxy flow: heap and direct are released together
+                # once the write to the client completes.  Unlike the broker,
+                # the proxy does not hand its heap permit to write_limited
+                # (which gives it back before the write): a client that
+                # reads slowly would then hold direct memory only, and the
+                # heap pool would no longer bound the answers in flight.
+                await self.write_limited(box, dual)
             finally:
                 dual.release(heap)
         finally:

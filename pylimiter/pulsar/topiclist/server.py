@@ -5,7 +5,9 @@ hostile clients, and the admin/metrics HTTP API.
 Memory accounting follows PIP-442 and Pulsar's merge of it:
   * heap permit of an estimate per (namespace, mode) (10 KiB at first, then
     the last actual size) before listing; `update` to the actual size once
-    known; released once the list is serialized (it then lives in the frame);
+    known; the broker releases it once the list is serialized (it then lives
+    in the frame), the proxy only with the direct permit, once the write to
+    the client has completed (PIP-442's proxy flow, proxy.py);
   * direct permit of the serialized frame size before writing, released only
     when the transport has flushed the frame (write buffer high-water mark 0,
     so drain() returns once the bytes are in the kernel), and on every error;
@@ -31,6 +33,11 @@ What one client can make the service hold is bounded besides (issue 19):
     first, and a read loop lets others run every READ_BATCH commands, so no
     client, however many requests or watchers it makes, keeps the others
     from being accepted and served.
+
+The admin/metrics HTTP API is bounded the same way (admin.py, issue 32):
+deadlines for a request's head and body, a cap on its connections (so it
+cannot take the file descriptors the binary port needs), and every body
+it reads answered 400 when it is not JSON it can use, whatever it holds.
 
 Every request gets an answer or an error frame carrying its request id,
 whatever fails, unless its client has gone; /admin/stats counts each request
@@ -60,6 +67,8 @@ from pylimiter import (
 
 from .._settings import check_value
 from . import protocol
+from .admin import AdminGate, AdminGuards, BadRequest, describe, make_middleware, make_site, \
+    read_json
 from .fair import FairShare, Owner
 from .limits import (
     DIRECT,
@@ -142,14 +151,20 @@ class RateLimitedLog:
 
 
 class ServiceBase:
-    """One listener (broker or proxy) with its limiter, metrics and admin."""
+    """One listener (broker or proxy) with its limiter, metrics and admin.
+    `admin_guards` (admin.AdminGuards) bounds the admin API's connections
+    and request deadlines; admin_port None serves no admin API."""
 
     role = "broker"
     advertise_watchers = True
 
     def __init__(self, config: TopicListConfig, *, host: str = LOOPBACK, port: int = 0,
-                 admin_port: Optional[int] = 0, cluster: str = "standalone"):
+                 admin_port: Optional[int] = 0, cluster: str = "standalone",
+                 admin_guards: Optional[AdminGuards] = None):
         self.host, self.port, self.admin_port = host, port, admin_port
+        #: what bounds the admin server's connections and requests (admin.py)
+        self.admin_guards = admin_guards or AdminGuards()
+        self.admin_gate: Optional[AdminGate] = None
         self.cluster = cluster
         self.config = config
         self.max_frame = protocol.max_frame_for(config.max_message_size)
@@ -169,7 +184,9 @@ class ServiceBase:
         self.client_log = RateLimitedLog(log)
         #: what the guards did, for /admin/stats
         self.guards = {"refused_over_request_cap": 0, "write_timeouts": 0,
-                       "inbound_closes": 0, "refused_names": 0}
+                       "inbound_closes": 0, "refused_names": 0,
+                       "admin_connections_refused": 0, "admin_header_timeouts": 0,
+                       "admin_body_timeouts": 0, "admin_bad_requests": 0}
         #: last actual heap size of a listing, by (namespace, mode)
         self.estimates: dict[tuple[str, int], int] = {}
         self.connections: set["ConnectionBase"] = set()
@@ -272,17 +289,27 @@ class ServiceBase:
         from aiohttp import web
         from prometheus_client.aiohttp import make_aiohttp_handler
 
-        app = web.Application()
+        guards = self.admin_guards
+        gate = self.admin_gate = AdminGate(guards, self.guards, self.client_log)
+        app = web.Application(client_max_size=guards.max_body,
+                              middlewares=[make_middleware(gate, self.client_log)])
         app.router.add_get("/metrics", make_aiohttp_handler(self.registry))
         app.router.add_get("/admin/stats", self._h_stats)
         app.router.add_get("/admin/limits", self._h_get_limits)
         app.router.add_put("/admin/limits", self._h_put_limits)
         self.add_admin_routes(app)
+        # lingering_time: how long a body the API did not read is read and
+        # dropped after the answer before the connection closes (aiohttp's
+        # default is 10 s).  Idle keep-alive connections are closed by the
+        # gate's header deadline.  auto_decompress off: the API takes plain
+        # JSON, and a compressed body (a few KB inflating to gigabytes) is
+        # then just not JSON, a 400.
         self._runner = web.AppRunner(app, access_log=None, handle_signals=False,
-                                     shutdown_timeout=0.5)
+                                     shutdown_timeout=0.5,
+                                     lingering_time=min(2.0, guards.body_timeout),
+                                     auto_decompress=False)
         await self._runner.setup()
-        site = web.TCPSite(self._runner, self.host, self.admin_port)
-        await site.start()
+        await make_site(self._runner, self.host, self.admin_port, gate).start()
         self.admin_port = self._runner.addresses[0][1]
 
     def add_admin_routes(self, app):
@@ -310,32 +337,40 @@ class ServiceBase:
         return web.json_response(self.limiter.config.as_dict("limits"))
 
     async def _h_put_limits(self, request):
-        from aiohttp import web
-
         try:
-            self.limiter.set_limits(**await live_limits(request))
+            self.limiter.set_limits(**await live_limits(request, self.admin_gate))
         except ConfigError as exc:
-            return web.json_response({"error": str(exc)}, status=400)
+            raise BadRequest(str(exc)) from None    # 400, one log line (admin.py)
         return await self._h_get_limits(request)
 
 
-async def live_limits(request) -> dict:
+async def live_limits(request, gate: AdminGate) -> dict:
     """The body of PUT /admin/limits, checked: a JSON object with heap_mb
     and/or direct_mb, each a size in MB.  ConfigError says what is wrong."""
     example = 'e.g. {"heap_mb": 64, "direct_mb": 0}'
     try:
-        body = json.loads(await request.read())
-    except ValueError as exc:
-        raise ConfigError(f"the body is not JSON ({exc}); {example}") from None
+        body = await read_json(request, gate)
+    except BadRequest as exc:
+        raise ConfigError(f"{exc}; {example}") from None
     if not isinstance(body, dict) or not body:
         raise ConfigError(f"expected a JSON object with heap_mb and/or direct_mb, "
-                          f"not {json.dumps(body)[:60]}; {example}")
+                          f"not {describe(body)}; {example}")
     unknown = sorted(set(body) - set(LIVE_LIMITS))
     if unknown:
-        raise ConfigError(f"only heap_mb and direct_mb change at run time, not {unknown}")
+        raise ConfigError(f"only heap_mb and direct_mb change at run time, not "
+                          f"{_cut_list(unknown)}")
     for k, v in body.items():
+        if isinstance(v, (dict, list, str)):
+            # check_value would quote it: it may be megabytes, or nested
+            # too deeply to print.
+            raise ConfigError(f"{k} must be a number, not {describe(v)}")
         check_value(TopicListConfig.setting_named(k), v)
     return {k: float(v) for k, v in body.items()}
+
+
+def _cut_list(names: list) -> str:
+    text = json.dumps(names[:5])
+    return text if len(names) <= 5 else f"{text[:-1]}, ... ({len(names)} in all)]"
 
 
 class _ExtraCollector:
@@ -707,7 +742,12 @@ class ConnectionBase(Owner):
         the command in `box` (taken out of it: this holds its only
         reference): direct permit of the frame size, serialize (in a fair
         turn), release `heap` (the list now lives in the frame), write, wait
-        for the flush, release (also on every error).  Raises LimitFailed."""
+        for the flush, release (also on every error).  Raises LimitFailed.
+
+        Passing `heap` is the broker's flow (its heap permit covers the
+        list until it is serialized).  The proxy passes none: it holds its
+        heap permit across this call and releases it after, with the direct
+        one, as PIP-442's proxy flow does."""
         command = box.pop()
         direct = await self.limiter.acquire(DIRECT, protocol.frame_size(command), dual,
                                             self.is_closed)

@@ -168,3 +168,56 @@ def test_sigterm_with_requests_in_flight_stops_without_a_traceback():
     assert proc.returncode == 0, err
     assert err == "", err
     assert "stopping (4 connections, " in out
+
+
+@pytest.mark.parametrize("argv, needle", [
+    (["load"], "give --url pulsar://host:port"),
+    (["load", "--preset", "limits", "--url", "pulsar://127.0.0.1:1"], "drop --url"),
+    (["load", "--url", "pulsar://127.0.0.1:1", "--topics", "5"], "--topics goes with --preset"),
+    (["load", "--preset", "nope"], "invalid choice"),
+    (["load", "--preset", "limits", "--namespace", "nope"], "is not tenant/namespace"),
+])
+def test_load_preset_usage_errors_are_one_line(capsys, argv, needle):
+    try:
+        status = run(main, PROG, argv)
+    except SystemExit as exc:          # argparse's own usage errors
+        status = exc.code
+    assert status == 2
+    err = capsys.readouterr().err
+    assert needle in err and "Traceback" not in err
+
+
+def test_load_help_names_the_presets(capsys):
+    with pytest.raises(SystemExit):
+        main(["load", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "--preset {limits}" in text
+    assert "limits: start a broker with small pools" in text
+    assert "--read-delay, when given, override the preset's" in text
+
+
+@pytest.mark.slow
+def test_cli_load_preset_prints_waits_refusals_and_peaks_against_the_limits():
+    """The demo, small: `load --preset limits` with 1,000 topics, 8
+    connections for 1 s prints one row per pool and the broker's memory,
+    and --json the same figures."""
+    cmd = [sys.executable, "-m", "pylimiter.pulsar.topiclist", "load", "--preset", "limits",
+           "--topics", "1000", "--connections", "8", "--duration", "1"]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert re.match(r"pool +limit +peak held +grants +waited +mean wait +p99 wait +timed out "
+                    r"+queue full$", next(ln for ln in lines if ln.startswith("pool")))
+    for pool_ in ("heap", "direct"):
+        row = next(ln for ln in lines if ln.startswith(pool_ + " "))
+        assert re.search(r"\((\d+)%\)", row) and int(re.search(r"\((\d+)%\)", row)[1]) <= 100
+    assert re.search(r"clients: \d+ requests: \d+ answered .* \d+ refused with TooManyRequests",
+                     out.stdout)
+    assert "broker memory: RSS" in out.stdout and "heap + direct limits" in out.stdout
+    assert "Traceback" not in out.stderr
+    js = subprocess.run(cmd + ["--json"], capture_output=True, text=True, timeout=120)
+    assert js.returncode == 0, js.stderr
+    r = json.loads(js.stdout)
+    assert r["preset"] == "limits" and r["topics"] == 1000 and r["connections"] == 8
+    assert set(r["pools"]) == {"heap", "direct"}
+    assert all(p["peak"] <= p["limit"] for p in r["pools"].values())

@@ -417,3 +417,38 @@ def test_admin_stats_add_up_when_clients_vanish_while_queued():
                 s["too_many_requests"]
             await asyncio.gather(*pending[:10], return_exceptions=True)
     run_bounded(main())
+
+
+def test_the_snapshot_counts_the_grants_that_waited_and_how_long():
+    """/admin/stats' waits per pool (what `load --preset` prints): an
+    immediate grant is not a wait; one that queued is, with its time."""
+    async def main():
+        lim = limits.TopicListLimiter(TopicListConfig(heap_mb=1))
+        dual = lim.dual
+        assert lim.snapshot()["heap"]["wait_p99_le_s"] is None     # no grant yet
+        hold = await lim.acquire(HEAP, 1024 * 1024, dual, lambda: False)
+        s = lim.snapshot()["heap"]
+        assert (s["granted"], s["waited"], s["wait_s"]) == (1, 0, 0.0)
+        waiter = asyncio.ensure_future(lim.acquire(HEAP, 10, dual, lambda: False))
+        await until(lambda: pool_of(lim).queue_size == 1)
+        await asyncio.sleep(0.05)
+        dual.release(hold)
+        dual.release(await waiter)
+        s = lim.snapshot()["heap"]
+        assert (s["granted"], s["waited"]) == (2, 1)
+        assert 0.04 <= s["wait_s"] < 30
+        assert s["wait_p99_le_s"] is not None and s["wait_p99_le_s"] >= 0.05
+        assert json.loads(json.dumps(lim.snapshot())) == lim.snapshot()
+
+    def pool_of(lim):
+        return lim.dual.get_limiter(HEAP)
+    run_bounded(main())
+
+
+def test_quantile_bound_reads_cumulative_buckets():
+    b = ((0.001, 90), (0.1, 99), (1.0, 100), (float("inf"), 100))
+    assert limits._quantile_bound(b, 100, 0.5) == 0.001
+    assert limits._quantile_bound(b, 100, 0.99) == 0.1
+    assert limits._quantile_bound(b, 100, 1.0) == 1.0
+    assert limits._quantile_bound(((1.0, 1), (float("inf"), 2)), 2, 0.99) is None
+    assert limits._quantile_bound(b, 0, 0.99) is None

@@ -8,6 +8,7 @@ implementation and again, under PYLIMITER_NO_EXTENSIONS=1, the pure-Python one."
 from __future__ import annotations
 
 import asyncio
+import socket
 
 import pytest
 
@@ -73,4 +74,67 @@ def test_the_proxy_does_not_ping_connections_it_pipes_to_the_broker():
             frame, _ = await asyncio.wait_for(protocol.read_command(r), 5)
             assert frame.type == CommandType.PONG                # no stray PING, not closed
             w.close()
+    run_bounded(main())
+
+
+def test_slow_readers_keep_the_proxys_heap_pool_bounded():
+    """PIP-442's proxy flow: the heap permit (the decoded list) and the
+    direct permit (the re-encoded frame) are released together once the
+    write to the client completes.  With a heap pool that fits one answer,
+    three clients that do not read get one answer in flight between them:
+    the one being written holds its heap permit, the other two wait for
+    heap.  (Releasing heap before the write let all three through, the
+    heap pool bounding nothing while the writes were pending.)"""
+    from pylimiter.pulsar.topiclist import hostile
+    from pylimiter.pulsar.topiclist.broker import generated_topics
+    from pylimiter.pulsar.topiclist.limits import MB
+
+    from .kit import HEAP, DIRECT, pool, read_frame, until
+
+    async def main():
+        cfg = TopicListConfig(heap_mb=8, direct_mb=8, heap_timeout_ms=60_000,
+                              write_timeout_ms=60_000)
+        store = store_with(generated_topics(NS, 5_000))
+        async with running(Broker(TopicListConfig(), store=store)) as b, \
+                running(Proxy(cfg, broker_url=b.service_url)) as px:
+            learn = await protocol.ClientConnection.open(px.service_url,
+                                                         max_frame=protocol.ANY_FRAME)
+            await learn.get_topics(NS)               # the proxy learns the answer's size
+            await learn.close()
+            frame = px.estimates[(NS, protocol.Mode.PERSISTENT)]
+            assert frame > 100_000
+            px.limiter.set_limits(heap_mb=1.5 * frame / MB)    # one answer fits, two do not
+            heap, direct = pool(px, HEAP), pool(px, DIRECT)
+
+            clients = [await hostile.connect(px.service_url, rcvbuf=hostile.SMALL_RCVBUF)
+                       for _ in range(3)]
+            await until(lambda: len(px.connections) == 3)
+            for c in px.connections:
+                # A slow network: without this the kernel's loopback buffers
+                # (autotuned up to 4 MiB) take a whole answer and the write
+                # completes at once.
+                c.writer.transport.get_extra_info("socket").setsockopt(
+                    socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
+            for i, (_, w) in enumerate(clients):
+                w.write(hostile.list_frame(i + 1, NS))
+
+            def writing():
+                return [c for c in px.connections
+                        if c.writer.transport.get_write_buffer_size() > 0]
+            await until(writing, timeout=30, what="an answer being written")
+            await asyncio.sleep(0.5)                  # room for anything else to start
+            assert heap.acquired_permits == frame     # held while the write is pending
+            assert heap.queue_size == 2               # the other two wait for it
+            assert len(writing()) == 1 and direct.acquired_permits > 0
+            assert px.limiter.peak["heap"] <= heap.max_permits
+
+            answers = await asyncio.gather(*(read_frame(r) for r, _ in clients))
+            assert [len(c.getTopicsOfNamespaceResponse.topics) for c, _ in answers] == \
+                [5_000] * 3
+            await until(lambda: heap.acquired_permits == 0 and direct.acquired_permits == 0)
+            for _, w in clients:
+                w.close()
+            await until(lambda: len(px.connections) == 0)
+            assert_all_back(px)
+            assert px.limiter.peak["heap"] <= heap.max_permits
     run_bounded(main())
