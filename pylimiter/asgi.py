@@ -400,10 +400,12 @@ class _Exchange:
             await self._answer(status, text)
 
     async def _answer(self, status: int, text: bytes) -> None:
+        # No "connection: close" although the body was not read: the server
+        # then reads and drops the rest of it, so that the client, still
+        # sending, gets to read this answer (a server closing at once would
+        # reset the connection under the client's feet, answer unread).
         headers = [(b"content-type", b"text/plain; charset=utf-8"),
-                   (b"content-length", b"%d" % len(text)),
-                   # The body was not read: the connection cannot be reused.
-                   (b"connection", b"close")]
+                   (b"content-length", b"%d" % len(text))]
         if status == 503:
             headers.append((b"retry-after", self.mw._retry_after))
         self.started = True
