@@ -226,3 +226,65 @@ def _settle(task: "asyncio.Future[Held]") -> None:
 def retry_after_value(retry_after: float) -> str:
     """The Retry-After header: whole seconds, rounded up."""
     return str(math.ceil(retry_after))
+
+
+class Settings:
+    """The arguments the HTTP integrations share, checked once: the pools
+    each request is charged from, the timeout, the size rules and the
+    Retry-After answer."""
+
+    __slots__ = ("key", "key_limiter", "max_body_size", "oversize", "pool", "response_pool",
+                 "retry_after", "retry_after_header", "timeout")
+
+    def __init__(self, limiter: object, *, timeout: object, max_body_size: object,
+                 oversize: object, retry_after: object, key: object, key_limiter: object,
+                 response_limiter: object) -> None:
+        self.pool = semaphore_of(limiter, LimitType.HEAP_MEMORY, "limiter")
+        if response_limiter is not None:
+            self.response_pool = semaphore_of(response_limiter, LimitType.DIRECT_MEMORY,
+                                              "response_limiter")
+        elif is_dual(limiter):
+            self.response_pool = semaphore_of(limiter, LimitType.DIRECT_MEMORY, "limiter")
+        else:
+            self.response_pool = None
+        self.timeout = check_timeout(timeout)
+        self.max_body_size = check_size(max_body_size, "max_body_size")
+        self.oversize = check_oversize(oversize)
+        self.retry_after = check_retry_after(retry_after)
+        self.retry_after_header = retry_after_value(self.retry_after)
+        self.key = check_callable(key, "key")
+        self.key_limiter = check_callable(key_limiter, "key_limiter")
+        if (key is None) != (key_limiter is None):
+            raise ValueError("pylimiter: key and key_limiter go together: give both or neither")
+
+    def pools(self, request: object) -> list:
+        """The request's pools in the order they are charged: its key's
+        first, then the global one (a key or key limiter of None: the
+        global one alone)."""
+        if self.key is None:
+            return [self.pool]
+        k = self.key(request)
+        if k is None:
+            return [self.pool]
+        limiter = self.key_limiter(k)   # type: ignore[misc]
+        if limiter is None:
+            return [self.pool]
+        return [semaphore_of(limiter, LimitType.HEAP_MEMORY, "key_limiter(key)"), self.pool]
+
+    def limit(self) -> Optional[int]:
+        """The largest body accepted now: max_body_size, else the limiter's
+        limit (None: unbounded)."""
+        if self.max_body_size is not None:
+            return self.max_body_size
+        return limit_of(self.pool)
+
+    def declared_charges(self, pools: list, length: int,
+                         limit: Optional[int]) -> Optional[list[tuple[Pool, int]]]:
+        """What a declared body of ``length`` bytes is charged in each pool;
+        None when it is to be refused (413)."""
+        if limit is not None and length > limit:
+            if self.oversize == "reject":
+                return None
+            # "alone": the whole limit of every pool, so nothing runs beside it.
+            return [(p, p.max_permits if p.max_permits > 0 else length) for p in pools]
+        return [(p, clamp(p, length)) for p in pools]

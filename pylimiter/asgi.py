@@ -94,42 +94,16 @@ class MemoryLimitMiddleware:
             raise TypeError(f"pylimiter: app must be an ASGI app, not {type(app).__name__}")
         self.app = app
         self.limiter = limiter
-        self._pool = adm.semaphore_of(limiter, _HEAP, "limiter")
-        if response_limiter is not None:
-            self._response_pool = adm.semaphore_of(response_limiter, _DIRECT,
-                                                   "response_limiter")
-        elif adm.is_dual(limiter):
-            self._response_pool = adm.semaphore_of(limiter, _DIRECT, "limiter")
-        else:
-            self._response_pool = None
-        self.timeout = adm.check_timeout(timeout)
-        self.max_body_size = adm.check_size(max_body_size, "max_body_size")
-        self.oversize = adm.check_oversize(oversize)
-        self.retry_after = adm.check_retry_after(retry_after)
-        self._retry_after = adm.retry_after_value(self.retry_after).encode()
-        self.key = adm.check_callable(key, "key")
-        self.key_limiter = adm.check_callable(key_limiter, "key_limiter")
-        if (key is None) != (key_limiter is None):
-            raise ValueError("pylimiter: key and key_limiter go together: give both or neither")
+        self._s = adm.Settings(limiter, timeout=timeout, max_body_size=max_body_size,
+                               oversize=oversize, retry_after=retry_after, key=key,
+                               key_limiter=key_limiter, response_limiter=response_limiter)
+        self._retry_after = self._s.retry_after_header.encode()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
         await _Exchange(self, scope, receive, send).run()
-
-    def _pools(self, scope: Scope) -> list:
-        """The request's pools in the order they are charged: its key's
-        first, then the global one."""
-        if self.key is None:
-            return [self._pool]
-        k = self.key(scope)
-        if k is None:
-            return [self._pool]
-        limiter = self.key_limiter(k)   # type: ignore[misc]
-        if limiter is None:
-            return [self._pool]
-        return [adm.semaphore_of(limiter, _HEAP, "key_limiter(key)"), self._pool]
 
 
 def _declared(scope: Scope) -> tuple[Optional[int], bool]:
@@ -184,13 +158,11 @@ class _Exchange:
     # ---- the request ---------------------------------------------------
 
     async def run(self) -> None:
-        mw = self.mw
         length, chunked = _declared(self.scope)
         if length == -1:
             await self._answer(400, b"Bad Request: malformed Content-Length\n")
             return
-        self.limit = mw.max_body_size if mw.max_body_size is not None \
-            else adm.limit_of(mw._pool)
+        self.limit = self.mw._s.limit()
         try:
             if chunked:
                 self.chunked = True
@@ -204,17 +176,11 @@ class _Exchange:
             self._finish()
 
     async def _admit_declared(self, length: int) -> bool:
-        mw = self.mw
-        limit = self.limit
-        oversize = limit is not None and length > limit
-        if oversize and mw.oversize == "reject":
-            await self._answer(413, b"Payload Too Large: %d bytes, limit %d\n" % (length, limit))
+        charges = self.mw._s.declared_charges(self.mw._s.pools(self.scope), length, self.limit)
+        if charges is None:
+            await self._answer(413, b"Payload Too Large: %d bytes, limit %d\n"
+                               % (length, self.limit))
             return False
-        pools = mw._pools(self.scope)
-        if oversize:   # "alone": the whole limit of every pool
-            charges = [(p, p.max_permits if p.max_permits > 0 else length) for p in pools]
-        else:
-            charges = [(p, adm.clamp(p, length)) for p in pools]
         return await self._admit(charges)
 
     async def _admit_chunked(self) -> bool:
@@ -230,13 +196,13 @@ class _Exchange:
         if self.limit is not None and n > self.limit:
             await self._answer(413, b"Payload Too Large: more than %d bytes\n" % self.limit)
             return False
-        pools = self.mw._pools(self.scope)
+        pools = self.mw._s.pools(self.scope)
         return await self._admit([(p, adm.clamp(p, n)) for p in pools])
 
     async def _admit(self, charges: list) -> bool:
         """Take the charges (in order); True once held.  False when the
         request was answered (503) or its client left while it waited."""
-        self.deadline = adm.deadline_of(self.mw.timeout)
+        self.deadline = adm.deadline_of(self.mw._s.timeout)
         held = self.held
         try:
             taken = adm.try_all(charges, held)
@@ -326,7 +292,7 @@ class _Exchange:
             return _DISCONNECT
         try:
             # Each chunk waits at most `timeout` of its own.
-            await adm.grow_all(self.held, self.total, adm.deadline_of(self.mw.timeout))
+            await adm.grow_all(self.held, self.total, adm.deadline_of(self.mw._s.timeout))
         except adm.BUSY_ERRORS:
             await self._cut(503, _BUSY_TEXT)
             return _DISCONNECT
@@ -338,7 +304,7 @@ class _Exchange:
         if self.cut:
             return   # the middleware answered for the app: as after a disconnect
         t = msg["type"]
-        pool = self.mw._response_pool
+        pool = self.mw._s.response_pool
         if t == "http.response.start":
             self.trailers = bool(msg.get("trailers", False))
             if pool is None:
@@ -354,7 +320,7 @@ class _Exchange:
                 try:
                     self.resp_permit = await pool.acquire(
                         adm.clamp(pool, len(body)), **adm.timeout_kw(adm.deadline_of(
-                            self.mw.timeout)))
+                            self.mw._s.timeout)))
                 except adm.BUSY_ERRORS:
                     if self.started:
                         raise
