@@ -5,7 +5,6 @@ sockets, against both implementations (`mod`)."""
 from __future__ import annotations
 
 import asyncio
-import socket
 import time
 
 import pytest
