@@ -8,6 +8,11 @@ PYLIMITER_TEST_LIMITER    semaphore | shared (SharedSemaphore, host-wide)
 PYLIMITER_TEST_BUDGET     bytes (default 8 MiB)
 PYLIMITER_TEST_TIMEOUT    seconds a request may queue (default 2)
 PYLIMITER_TEST_SHARED     the SharedSemaphore's name (limiter=shared)
+PYLIMITER_TEST_SHARED_DIR the directory of its segment
+PYLIMITER_TEST_EVENTS     a directory: each process appends "<monotonic ns> <+-bytes>"
+                          lines to events-<pid>.log as its handlers take and drop
+                          body bytes, so that a test can add up what all the
+                          workers of a host held at once
 
 Routes: POST /upload?hold=S reads the body as a stream and holds it S
 seconds before answering its size; POST /fail reads the body and raises;
@@ -20,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import time
 
 from prometheus_client import CollectorRegistry, generate_latest
 from starlette.applications import Starlette
@@ -38,10 +44,21 @@ class Held:
     def __init__(self):
         self.now = 0
         self.hwm = 0
+        events = os.environ.get("PYLIMITER_TEST_EVENTS")
+        self.log = None if not events else open(
+            os.path.join(events, f"events-{os.getpid()}.log"), "a", buffering=1)
 
     def add(self, n):
         self.now += n
         self.hwm = max(self.hwm, self.now)
+        if self.log is not None:
+            self.log.write(f"{time.monotonic_ns()} {n}\n")
+
+    def drop(self, n):
+        # Logged before the bytes are given back: the test's sum errs high.
+        if self.log is not None:
+            self.log.write(f"{time.monotonic_ns()} {-n}\n")
+        self.now -= n
 
 
 def _limiter():
@@ -52,7 +69,8 @@ def _limiter():
         import pylimiter
 
         return pylimiter.SharedSemaphore(os.environ["PYLIMITER_TEST_SHARED"],
-                                         max_permits=budget, timeout=timeout)
+                                         max_permits=budget, timeout=timeout,
+                                         directory=os.environ.get("PYLIMITER_TEST_SHARED_DIR"))
     mod = IMPLEMENTATIONS[os.environ.get("PYLIMITER_TEST_IMPL", "c")].module
     return mod.AsyncSemaphore(budget, timeout=timeout)
 
@@ -73,9 +91,9 @@ def create():
                 size += len(chunk)
                 held.add(len(chunk))
             await asyncio.sleep(hold)
-            return PlainTextResponse(str(size))
+            return PlainTextResponse(str(size), headers={"x-pid": str(os.getpid())})
         finally:
-            held.now -= size
+            held.drop(size)
 
     async def fail(request: Request) -> Response:
         await request.body()

@@ -40,10 +40,12 @@ class Server:
         self.log = log
         full_env = {k: v for k, v in os.environ.items() if k != "PYLIMITER_NO_EXTENSIONS"}
         full_env.update(env)
+        # The checkout, for tests.integrations.server_app; an inherited
+        # PYTHONPATH keeps its place in front.
         full_env["PYTHONPATH"] = os.pathsep.join(
-            [str(ROOT)] + [p for p in [os.environ.get("PYTHONPATH")] if p])
+            [p for p in [os.environ.get("PYTHONPATH")] if p] + [str(ROOT)])
         with open(log, "wb") as out:
-            self.proc = subprocess.Popen(argv, cwd=ROOT, env=full_env, stdout=out,
+            self.proc = subprocess.Popen(argv, cwd=log.parent, env=full_env, stdout=out,
                                          stderr=subprocess.STDOUT, start_new_session=True)
         try:
             self._wait_ready(ready_path)
