@@ -103,7 +103,76 @@ class MemoryLimitMiddleware:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        s = self._s
+        if s.key is None and s.response_pool is None:
+            # The common case, kept lean: one global pool, a declared length
+            # (or no body) that is granted at once.  Anything else, and every
+            # way of waiting, takes the general path below.
+            length, chunked = _declared(scope)
+            if not chunked and length is not None and length >= 0:
+                if length == 0:
+                    await self.app(scope, receive, send)   # no body: nothing to hold
+                    return
+                pool = s.pool
+                limit = s.max_body_size
+                if limit is None:
+                    limit = pool.max_permits
+                if (limit <= 0 or length <= limit) and (
+                        pool.max_permits <= 0 or length <= pool.max_permits):
+                    try_acquire = getattr(pool, "try_acquire", None)
+                    try:
+                        permit = try_acquire(length) if try_acquire is not None else None
+                    except adm.BUSY_ERRORS:   # closed: answered below
+                        permit = None
+                    if permit is not None:
+                        quick = _Quick(pool, permit, receive, send)
+                        try:
+                            await self.app(scope, quick.app_receive, quick.app_send)
+                        finally:
+                            quick.release()
+                        return
+                    # No room now: queue (the general path does not try again).
+                    await _Exchange(self, scope, receive, send, tried=True).run()
+                    return
         await _Exchange(self, scope, receive, send).run()
+
+
+class _Quick:
+    """A request granted at once, with nothing else to do than give its
+    permit back after the last body send (or at a disconnect)."""
+
+    __slots__ = ("permit", "pool", "receive", "send", "trailers")
+
+    def __init__(self, pool: Any, permit: Any, receive: Receive, send: Send) -> None:
+        self.pool = pool
+        self.permit = permit
+        self.receive = receive
+        self.send = send
+        self.trailers = False
+
+    async def app_receive(self) -> Message:
+        msg = await self.receive()
+        if msg["type"] == "http.disconnect":
+            self.release()
+        return msg
+
+    async def app_send(self, msg: Message) -> None:
+        await self.send(msg)
+        t = msg["type"]
+        if t == "http.response.body":
+            if not msg.get("more_body", False) and not self.trailers:
+                self.release()
+        elif t == "http.response.start":
+            self.trailers = bool(msg.get("trailers", False))
+        elif t == "http.response.pathsend" or (
+                t == "http.response.trailers" and not msg.get("more_trailers", False)):
+            self.release()
+
+    def release(self) -> None:
+        permit = self.permit
+        if permit is not None:
+            self.permit = None
+            self.pool.release(permit)
 
 
 def _declared(scope: Scope) -> tuple[Optional[int], bool]:
@@ -130,13 +199,14 @@ class _Exchange:
     """One HTTP request through the middleware: its permits and its state."""
 
     __slots__ = ("aborted", "app_receive_stash", "chunked", "cut", "deadline", "held", "limit",
-                 "mw",
+                 "mw", "tried",
                  "pending", "receive", "released", "resp_permit", "scope", "send",
                  "start", "started", "total", "trailers")
 
     def __init__(self, mw: MemoryLimitMiddleware, scope: Scope, receive: Receive,
-                 send: Send) -> None:
+                 send: Send, tried: bool = False) -> None:
         self.mw = mw
+        self.tried = tried         # the fast path's try_acquire already failed
         self.scope = scope
         self.receive = receive
         self.send = send
@@ -205,7 +275,7 @@ class _Exchange:
         self.deadline = adm.deadline_of(self.mw._s.timeout)
         held = self.held
         try:
-            taken = adm.try_all(charges, held)
+            taken = 0 if self.tried else adm.try_all(charges, held)
         except adm.BUSY_ERRORS:
             await self._busy()
             return False

@@ -954,3 +954,23 @@ def upload_endpoint(upload, request_type):
 
     endpoint.__annotations__ = {"request": request_type}
     return endpoint
+
+
+@pytest.mark.parametrize("path", ["granted at once", "general"])
+def test_with_trailers_the_permit_is_back_after_the_last_trailers(mod, path):
+    sem = mod.AsyncSemaphore(100)
+    seen = []
+
+    async def app(scope, receive, send):
+        await receive()
+        await send({"type": "http.response.start", "status": 200, "trailers": True})
+        await send({"type": "http.response.body", "body": b"ok"})
+        seen.append(sem.acquired_permits)
+        await send({"type": "http.response.trailers", "headers": [], "more_trailers": False})
+        seen.append(sem.acquired_permits)
+
+    kw = {} if path == "granted at once" else {"response_limiter": mod.AsyncSemaphore(100)}
+    c = Client()
+    c.feed(b"x" * 9)
+    run(mw_of(app, sem, **kw)(http_scope(length=9), c.receive, c.send))
+    assert seen == [9, 0]
