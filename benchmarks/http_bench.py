@@ -89,6 +89,15 @@ class Uvicorn:
         text = Path(f"/proc/{self.proc.pid}/status").read_text()
         return int(re.search(rf"^{field}:\s+(\d+) kB", text, re.M)[1]) * 1024
 
+    def cpu_ns(self) -> int:
+        """CPU time the server's threads have run, in ns (schedstat): what
+        a request costs the server, whoever else shares the machine."""
+        total = 0
+        for task in Path(f"/proc/{self.proc.pid}/task").iterdir():
+            with contextlib.suppress(OSError):
+                total += int((task / "schedstat").read_text().split()[0])
+        return total
+
     def reset_peak(self) -> None:
         Path(f"/proc/{self.proc.pid}/clear_refs").write_text("5")
 
@@ -115,18 +124,23 @@ def socket_port():
 _UNITS = {"us": 1e-3, "ms": 1.0, "s": 1e3}
 
 
-def wrk(url: str, duration: float, connections: int, script: Path, cpu: set[int]) -> dict:
+def wrk(srv: Uvicorn, duration: float, connections: int, script: Path, cpu: set[int]) -> dict:
+    cpu0 = srv.cpu_ns()
     out = subprocess.run(
-        ["wrk", "-t1", f"-c{connections}", f"-d{duration}s", "--latency", "-s", str(script), url],
+        ["wrk", "-t1", f"-c{connections}", f"-d{duration}s", "--latency", "-s", str(script),
+         srv.base + "/small"],
         capture_output=True, text=True, check=True, timeout=duration + 60,
         preexec_fn=lambda: os.sched_setaffinity(0, cpu)).stdout
+    cpu_used = srv.cpu_ns() - cpu0
 
     def latency(q: str) -> float:
         m = re.search(rf"^\s+{q}%\s+([\d.]+)(us|ms|s)\s*$", out, re.M)
         return float(m[1]) * _UNITS[m[2]]
 
     errors = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
+    requests = int(re.search(r"(\d+) requests in", out)[1])
     return {"rps": float(re.search(r"Requests/sec:\s+([\d.]+)", out)[1]),
+            "cpu_us": cpu_used / 1000 / requests,
             "p50_ms": latency("50"), "p99_ms": latency("99"),
             "non_2xx": int(errors[1]) if errors else 0}
 
@@ -137,8 +151,8 @@ def throughput(args, tmp: Path) -> dict:
     script.write_text(_LUA.format(size=args.body))
     servers = {s: Uvicorn(s, server_cpu, tmp / f"{s}.log") for s in SIDES}
     try:
-        sides = {s: (lambda srv=servers[s]: wrk(srv.base + "/small", args.duration,
-                                                 args.connections, script, client_cpu))
+        sides = {s: (lambda srv=servers[s]: wrk(srv, args.duration, args.connections, script,
+                                                 client_cpu))
                  for s in SIDES}
         rounds = interleaved(sides, rounds=args.rounds, warmup=1)
     finally:
@@ -150,13 +164,19 @@ def throughput(args, tmp: Path) -> dict:
     for s in SIDES:
         runs = rounds[s]
         assert all(r["non_2xx"] == 0 for r in runs), f"{s}: non-2xx answers"
-        result[s] = {k: Spread.of([r[k] for r in runs]).as_dict() for k in ("rps", "p50_ms",
-                                                                           "p99_ms")}
+        result[s] = {k: Spread.of([r[k] for r in runs]).as_dict()
+                     for k in ("rps", "p50_ms", "p99_ms", "cpu_us")}
     for s in ("pylimiter", "asyncio"):
         ratio = per_round({"mine": [r["rps"] for r in rounds[s]],
                            "base": [r["rps"] for r in rounds["plain"]]},
                           lambda mine, base: mine / base)
         result[f"{s}_over_plain"] = Spread.of(ratio).as_dict()
+        # The capacity a middleware leaves: requests per CPU-second against
+        # the bare app's, from the server's own CPU time per request.
+        capacity = per_round({"mine": [r["cpu_us"] for r in rounds[s]],
+                              "base": [r["cpu_us"] for r in rounds["plain"]]},
+                             lambda mine, base: base / mine)
+        result[f"{s}_capacity"] = Spread.of(capacity).as_dict()
     return result
 
 
@@ -219,15 +239,18 @@ def report(tp: dict | None, mem: dict | None) -> str:
                   f"{tp['duration_s']:g} s; server CPU {tp['server_cpus']}, wrk CPU "
                   f"{tp['client_cpus']}", "",
                   "| server | requests/s median [IQR] | p50 ms | p99 ms | "
-                  "requests/s vs no middleware, per round median [IQR] |",
-                  "|---|---:|---:|---:|---:|"]
+                  "requests/s vs no middleware [IQR] | server CPU us/request | "
+                  "requests per CPU-second vs no middleware [IQR] |",
+                  "|---|---:|---:|---:|---:|---:|---:|"]
         for s in SIDES:
             r = tp[s]["rps"]
-            ratio = "1 (anchor)" if s == "plain" else \
-                "{median:.3f} [{q1:.3f}-{q3:.3f}]".format(**tp[f"{s}_over_plain"])
+            ratio = capacity = "1 (anchor)"
+            if s != "plain":
+                ratio = "{median:.3f} [{q1:.3f}-{q3:.3f}]".format(**tp[f"{s}_over_plain"])
+                capacity = "{median:.3f} [{q1:.3f}-{q3:.3f}]".format(**tp[f"{s}_capacity"])
             lines.append(f"| {LABELS[s]} | {r['median']:.0f} [{r['q1']:.0f}-{r['q3']:.0f}] | "
                          f"{tp[s]['p50_ms']['median']:.2f} | {tp[s]['p99_ms']['median']:.2f} | "
-                         f"{ratio} |")
+                         f"{ratio} | {tp[s]['cpu_us']['median']:.0f} | {capacity} |")
         lines.append("")
     if mem:
         lines += [f"Broker-style RSS: {mem['uploads']} concurrent 1 MiB uploads, each body "

@@ -98,13 +98,16 @@ class MemoryLimitMiddleware:
                                oversize=oversize, retry_after=retry_after, key=key,
                                key_limiter=key_limiter, response_limiter=response_limiter)
         self._retry_after = self._s.retry_after_header.encode()
+        # The lean path's inputs, looked up once (the pool is fixed).
+        s = self._s
+        self._quick = s.key is None and s.response_pool is None
+        self._try_acquire = getattr(s.pool, "try_acquire", None)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        s = self._s
-        if s.key is None and s.response_pool is None:
+        if self._quick:
             # The common case, kept lean: one global pool, a declared length
             # (or no body) that is granted at once.  Anything else, and every
             # way of waiting, takes the general path below.
@@ -113,13 +116,14 @@ class MemoryLimitMiddleware:
                 if length == 0:
                     await self.app(scope, receive, send)   # no body: nothing to hold
                     return
+                s = self._s
                 pool = s.pool
+                most = pool.max_permits
                 limit = s.max_body_size
                 if limit is None:
-                    limit = pool.max_permits
-                if (limit <= 0 or length <= limit) and (
-                        pool.max_permits <= 0 or length <= pool.max_permits):
-                    try_acquire = getattr(pool, "try_acquire", None)
+                    limit = most
+                if (limit <= 0 or length <= limit) and (most <= 0 or length <= most):
+                    try_acquire = self._try_acquire
                     try:
                         permit = try_acquire(length) if try_acquire is not None else None
                     except adm.BUSY_ERRORS:   # closed: answered below
@@ -180,12 +184,16 @@ def _declared(scope: Scope) -> tuple[Optional[int], bool]:
     A malformed Content-Length is (-1, False)."""
     length = None
     chunked = False
-    for name, value in scope.get("headers", ()):
+    for name, value in scope["headers"]:
         if name == b"content-length":
-            v = value.strip()
-            if not v.isdigit() or (length is not None and int(v) != length):
+            if not value.isdigit():
+                value = value.strip()   # servers strip it; this is the rare path
+                if not value.isdigit():
+                    return -1, False
+            n = int(value)
+            if length is not None and n != length:
                 return -1, False
-            length = int(v)
+            length = n
         elif name == b"transfer-encoding":
             chunked = True
     if length is not None:
