@@ -3,6 +3,9 @@ it saves: uvicorn (uvloop, httptools) serving a FastAPI app on 127.0.0.1.
 
     python -m benchmarks.http_bench [--rounds 10] [--duration 2] [--json FILE]
 
+0. In process: the FastAPI app called through ASGI by this process, no
+   server and no network, each side timing its requests in thread CPU time
+   (the middleware's own cost, least disturbed by other tenants).
 1. Throughput (wrk, Debian's ``apt-get install wrk``): requests/s and p50/p99
    latency of a small POST against three server processes started side by
    side: no middleware, the middleware (a budget that never queues), and a
@@ -24,6 +27,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import gc
 import json
 import os
 import re
@@ -35,7 +39,7 @@ import time
 import urllib.request
 from pathlib import Path
 
-from pylimiter.bench.interleave import Spread, interleaved, per_round
+from pylimiter.bench.interleave import CPU, Spread, interleaved, per_round
 
 ROOT = Path(__file__).resolve().parents[1]
 MiB = 1 << 20
@@ -180,6 +184,57 @@ def throughput(args, tmp: Path) -> dict:
     return result
 
 
+_SMALL_SCOPE = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1",
+                "method": "POST", "scheme": "http", "path": "/small", "raw_path": b"/small",
+                "query_string": b"", "root_path": "",
+                "client": ("127.0.0.1", 40000), "server": ("127.0.0.1", 8000)}
+
+
+def inprocess(args) -> dict:
+    """The same apps driven through ASGI in this process, no server and no
+    network: each side times its own requests in thread CPU time, so what
+    is left between the sides is the middleware's own cost."""
+    from benchmarks import http_app
+
+    apps = {}
+    for side in SIDES:
+        os.environ["PYLIMITER_BENCH_VARIANT"] = side
+        apps[side] = http_app.create()
+    os.environ.pop("PYLIMITER_BENCH_VARIANT")
+    body = {"type": "http.request", "body": b"x" * args.body, "more_body": False}
+    headers = [(b"host", b"127.0.0.1"), (b"content-length", str(args.body).encode()),
+               (b"content-type", b"application/octet-stream")]
+
+    async def receive():
+        return body
+
+    async def send(message):
+        pass
+
+    def side(app):
+        async def batch() -> float:
+            t0 = CPU()
+            for _ in range(args.inprocess_requests):
+                await app({**_SMALL_SCOPE, "headers": headers}, receive, send)
+            return (CPU() - t0) / args.inprocess_requests / 1000
+
+        return lambda: asyncio.run(batch())
+
+    rounds = interleaved({s: side(apps[s]) for s in SIDES}, rounds=args.rounds, warmup=1,
+                         before=gc.collect)
+    result = {"requests_per_round": args.inprocess_requests, "rounds": args.rounds}
+    for s in SIDES:
+        result[s] = Spread.of(rounds[s]).as_dict()
+    for s in ("pylimiter", "asyncio"):
+        result[f"{s}_extra_us"] = Spread.of(per_round(
+            {"mine": rounds[s], "base": rounds["plain"]},
+            lambda mine, base: mine - base)).as_dict()
+        result[f"{s}_capacity"] = Spread.of(per_round(
+            {"mine": rounds[s], "base": rounds["plain"]},
+            lambda mine, base: base / mine)).as_dict()
+    return result
+
+
 async def _uploads(base: str, n: int, size: int, hold: float) -> list[int]:
     import httpx
 
@@ -231,8 +286,24 @@ def rss(args, tmp: Path) -> dict:
     return result
 
 
-def report(tp: dict | None, mem: dict | None) -> str:
+def report(tp: dict | None, mem: dict | None, inproc: dict | None = None) -> str:
     lines = []
+    if inproc:
+        lines += [f"In process (FastAPI app called through ASGI, no server): thread CPU "
+                  f"time per request, {inproc['rounds']} interleaved rounds of "
+                  f"{inproc['requests_per_round']} requests", "",
+                  "| app | us/request median [IQR] | extra us/request [IQR] | "
+                  "requests per CPU-second vs no middleware [IQR] |",
+                  "|---|---:|---:|---:|"]
+        for s in SIDES:
+            r = inproc[s]
+            extra = capacity = "(anchor)"
+            if s != "plain":
+                extra = "{median:.2f} [{q1:.2f}-{q3:.2f}]".format(**inproc[f"{s}_extra_us"])
+                capacity = "{median:.3f} [{q1:.3f}-{q3:.3f}]".format(**inproc[f"{s}_capacity"])
+            lines.append(f"| {LABELS[s]} | {r['median']:.1f} [{r['q1']:.1f}-{r['q3']:.1f}] | "
+                         f"{extra} | {capacity} |")
+        lines.append("")
     if tp:
         lines += [f"Throughput: small POST ({tp['body_bytes']} B), wrk -t1 "
                   f"-c{tp['connections']}, {tp['rounds']} interleaved rounds of "
@@ -281,18 +352,22 @@ def main(argv: list[str] | None = None) -> int:
                    help="seconds each upload handler holds its body (default: 0.5)")
     p.add_argument("--budget-mib", type=int, default=16,
                    help="the middleware's budget for the RSS part (default: 16)")
-    p.add_argument("--only", choices=("throughput", "rss"), help="run one part")
+    p.add_argument("--inprocess-requests", type=int, default=2000,
+                   help="requests per side and round in process (default: 2000)")
+    p.add_argument("--only", choices=("inprocess", "throughput", "rss"), help="run one part")
     p.add_argument("--json", type=Path, help="also write the results here")
     args = p.parse_args(argv)
-    if args.only != "rss" and shutil.which("wrk") is None:
+    parts = [args.only] if args.only else ["inprocess", "throughput", "rss"]
+    if "throughput" in parts and shutil.which("wrk") is None:
         p.error("wrk is not installed (Debian: apt-get install wrk)")
     with tempfile.TemporaryDirectory(prefix="http_bench-") as d:
         tmp = Path(d)
-        tp = throughput(args, tmp) if args.only != "rss" else None
-        mem = rss(args, tmp) if args.only != "throughput" else None
-    print(report(tp, mem))
+        inproc = inprocess(args) if "inprocess" in parts else None
+        tp = throughput(args, tmp) if "throughput" in parts else None
+        mem = rss(args, tmp) if "rss" in parts else None
+    print(report(tp, mem, inproc))
     if args.json:
-        args.json.write_text(json.dumps({"throughput": tp, "rss": mem,
+        args.json.write_text(json.dumps({"inprocess": inproc, "throughput": tp, "rss": mem,
                                          "python": sys.version.split()[0]}, indent=1))
     return 0
 
