@@ -39,6 +39,8 @@ import time
 import urllib.request
 from pathlib import Path
 
+from pylimiter import AsyncSemaphore
+from pylimiter.asgi import MemoryLimitMiddleware
 from pylimiter.bench.interleave import CPU, Spread, interleaved, per_round
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -201,6 +203,11 @@ def inprocess(args) -> dict:
         os.environ["PYLIMITER_BENCH_VARIANT"] = side
         apps[side] = http_app.create()
     os.environ.pop("PYLIMITER_BENCH_VARIANT")
+    # The middlewares alone: around an app that reads the body and answers,
+    # nothing else (the FastAPI figures carry the framework's own noise).
+    apps["minimal"] = _minimal
+    apps["minimal+pylimiter"] = MemoryLimitMiddleware(_minimal, AsyncSemaphore(1 << 30))
+    apps["minimal+asyncio"] = http_app.SemaphoreMiddleware(_minimal, 1000)
     body = {"type": "http.request", "body": b"x" * args.body, "more_body": False}
     headers = [(b"host", b"127.0.0.1"), (b"content-length", str(args.body).encode()),
                (b"content-type", b"application/octet-stream")]
@@ -220,19 +227,26 @@ def inprocess(args) -> dict:
 
         return lambda: asyncio.run(batch())
 
-    rounds = interleaved({s: side(apps[s]) for s in SIDES}, rounds=args.rounds, warmup=1,
+    rounds = interleaved({s: side(a) for s, a in apps.items()}, rounds=args.rounds, warmup=1,
                          before=gc.collect)
     result = {"requests_per_round": args.inprocess_requests, "rounds": args.rounds}
-    for s in SIDES:
+    for s in apps:
         result[s] = Spread.of(rounds[s]).as_dict()
-    for s in ("pylimiter", "asyncio"):
-        result[f"{s}_extra_us"] = Spread.of(per_round(
-            {"mine": rounds[s], "base": rounds["plain"]},
+    for base, mine in (("plain", "pylimiter"), ("plain", "asyncio"),
+                       ("minimal", "minimal+pylimiter"), ("minimal", "minimal+asyncio")):
+        result[f"{mine}_extra_us"] = Spread.of(per_round(
+            {"mine": rounds[mine], "base": rounds[base]},
             lambda mine, base: mine - base)).as_dict()
-        result[f"{s}_capacity"] = Spread.of(per_round(
-            {"mine": rounds[s], "base": rounds["plain"]},
+        result[f"{mine}_capacity"] = Spread.of(per_round(
+            {"mine": rounds[mine], "base": rounds[base]},
             lambda mine, base: base / mine)).as_dict()
     return result
+
+
+async def _minimal(scope, receive, send):
+    await receive()
+    await send({"type": "http.response.start", "status": 200, "headers": []})
+    await send({"type": "http.response.body", "body": b"ok"})
 
 
 async def _uploads(base: str, n: int, size: int, hold: float) -> list[int]:
@@ -295,13 +309,16 @@ def report(tp: dict | None, mem: dict | None, inproc: dict | None = None) -> str
                   "| app | us/request median [IQR] | extra us/request [IQR] | "
                   "requests per CPU-second vs no middleware [IQR] |",
                   "|---|---:|---:|---:|"]
-        for s in SIDES:
+        labels = {**LABELS, "minimal": "minimal ASGI app",
+                  "minimal+pylimiter": "minimal + MemoryLimitMiddleware",
+                  "minimal+asyncio": "minimal + asyncio.Semaphore middleware"}
+        for s in (*SIDES, "minimal", "minimal+pylimiter", "minimal+asyncio"):
             r = inproc[s]
             extra = capacity = "(anchor)"
-            if s != "plain":
+            if s not in ("plain", "minimal"):
                 extra = "{median:.2f} [{q1:.2f}-{q3:.2f}]".format(**inproc[f"{s}_extra_us"])
                 capacity = "{median:.3f} [{q1:.3f}-{q3:.3f}]".format(**inproc[f"{s}_capacity"])
-            lines.append(f"| {LABELS[s]} | {r['median']:.1f} [{r['q1']:.1f}-{r['q3']:.1f}] | "
+            lines.append(f"| {labels[s]} | {r['median']:.2f} [{r['q1']:.2f}-{r['q3']:.2f}] | "
                          f"{extra} | {capacity} |")
         lines.append("")
     if tp:

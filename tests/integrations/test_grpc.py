@@ -84,6 +84,18 @@ class Service:
             await context.write(msg(1))
             self.seen.append(self.held())
 
+    def chat_sync(self, request_iterator, context):
+        for m in request_iterator:
+            self.seen.append(self.held())
+            yield msg(1)
+
+    def upload_sync(self, request_iterator, context):
+        n = 0
+        for m in request_iterator:
+            n += len(m.value)
+            self.seen.append(self.held())
+        return msg(n)
+
     def handlers(self):
         kw = {"request_deserializer": BV.FromString, "response_serializer": BV.SerializeToString}
         return grpc.method_handlers_generic_handler(SVC, {
@@ -93,6 +105,8 @@ class Service:
             "Upload": grpc.stream_unary_rpc_method_handler(self.upload, **kw),
             "Chat": grpc.stream_stream_rpc_method_handler(self.chat, **kw),
             "ChatRW": grpc.stream_stream_rpc_method_handler(self.chat_rw, **kw),
+            "ChatSync": grpc.stream_stream_rpc_method_handler(self.chat_sync, **kw),
+            "UploadSync": grpc.stream_unary_rpc_method_handler(self.upload_sync, **kw),
         })
 
     async def __aenter__(self):
@@ -285,3 +299,19 @@ def test_message_size_and_bad_arguments(mod):
         MemoryLimitInterceptor(object())
     with pytest.raises(ValueError, match="^pylimiter: timeout must be >= 0"):
         MemoryLimitInterceptor(mod.AsyncSemaphore(1), timeout=-1)
+
+
+def test_thread_pool_stream_handlers_are_charged_the_same(mod):
+    sem = mod.AsyncSemaphore(100_000)
+
+    async def main():
+        async with Service(sem) as svc:
+            r = await svc.call("stream_unary", "UploadSync")(iter([msg(100), msg(200)]))
+            call = svc.call("stream_stream", "ChatSync")(iter([msg(100), msg(200)]))
+            out = [m async for m in call]
+            return svc.seen, len(r.value), len(out)
+
+    seen, uploaded, answers = run(main())
+    # stream -> unary holds both; stream -> stream answers each in turn
+    assert (seen, uploaded, answers) == ([102, 305, 102, 203], 300, 2)
+    assert sem.acquired_permits == 0
