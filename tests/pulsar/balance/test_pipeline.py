@@ -20,6 +20,7 @@ from pylimiter.pulsar.balance.generate import GeneratorSpec
 from pylimiter.pulsar.balance.pipeline import PROG, build_parser, main
 from pylimiter.pulsar.balance.source import GeneratedSource
 from tests._helpers import run_module
+from tests.spark.pages import files_beside
 
 # the wheel check installs only pytest and hypothesis: skip, not fail collection
 pd = pytest.importorskip("pandas")
@@ -232,7 +233,8 @@ def test_option_combinations_that_do_not_fit(spark, capsys, tmp_path):
 
 @pytest.fixture(scope="module")
 def small_run(spark, tmp_path_factory):
-    out = tmp_path_factory.mktemp("balance")
+    # reports/balance, as `make balance` writes it: the run's index follows
+    out = tmp_path_factory.mktemp("run") / "reports" / "balance"
     assert main(["simulate", *SMALL, "--out", str(out)], spark=spark) == 0
     src = GeneratedSource(spark, GeneratorSpec(topics=5000, namespaces=10, steps=5, seed=1))
     try:
@@ -253,11 +255,17 @@ def test_report_and_tables_are_written(small_run):
         assert f"src='{png}'" in html
     for name in ("steps", "brokers", "decisions", "bundle_loads", "bundles", "ownership",
                  "summary"):
-        assert (out / f"{name}.parquet").is_dir() and (out / f"{name}.csv").is_dir()
+        assert (out / f"{name}.parquet").is_file() and (out / f"{name}.csv").is_file()
     steps = _table(out, "steps")
     assert set(steps["strategy"]) == {"lltmr+shed", "lltmr", "random+shed", "random"}
     assert sorted(steps["step"].unique()) == [0, 1, 2, 3, 4]
     assert (out / "timings.json").exists()
+    names = files_beside(out / "index.html")
+    assert {f"{t}.csv" for t in ("steps", "brokers", "decisions", "summary")} <= set(names)
+    assert "timings.json" in names
+    index = (out.parent / "index.html").read_text()
+    assert "<a href='balance/index.html'>Pulsar bundle load balancing" in index
+    assert "ThresholdShedder reduces the broker-steps above the 85% overload threshold" in index
 
 
 @pytest.mark.slow
