@@ -520,8 +520,8 @@ def update_reports_index(folder: Path) -> Path:
          f"<meta name='viewport' content='width=device-width'><title>pylimiter reports</title>"
          f"<style>{_CSS}</style></head><body>",
          "<h1>pylimiter reports</h1>",
-         f"<p class='sub'>Every report in {e(str(folder))}, with the verdicts it opens "
-         "with. Each line links to the full page.</p>", *body, "</body></html>"])
+         f"<p class='sub'>Every report in this folder ({e(folder.name)}/), with the verdicts "
+         "it opens with. Each line links to the full page.</p>", *body, "</body></html>"])
     index = folder / "index.html"
     _write_text(index, text)
     return index
