@@ -75,6 +75,41 @@ def _plain_ticks(axis, base: Optional[float] = None, si: bool = False) -> None:
     axis.set_minor_formatter(NullFormatter())
 
 
+def _nice_log_ticks(lo: float, hi: float, at_least: int = 4) -> list[float]:
+    """Tick values for a log axis over [lo, hi] that a reader can read off:
+    the coarsest of powers of ten, 1-2-5 steps per decade (100k, 200k,
+    500k, 1M) and finer ones (1-1.5-2-3-5-7) that gives ``at_least`` ticks,
+    so many decades are not crowded and less than one is not bare."""
+    if not (lo > 0 and hi > 0 and math.isfinite(lo) and math.isfinite(hi)):
+        return []
+    lo, hi = min(lo, hi), max(lo, hi)
+    ticks: list[float] = []
+    for steps in ((1,), (1, 2, 5), (1, 1.5, 2, 3, 5, 7),
+                  (1, 1.2, 1.5, 2, 2.5, 3, 4, 5, 6, 7, 8, 9)):
+        ticks = [m * 10.0 ** e for e in range(math.floor(math.log10(lo)) - 1,
+                                              math.ceil(math.log10(hi)) + 1)
+                 for m in steps if lo <= m * 10.0 ** e <= hi]
+        if len(ticks) >= at_least:
+            break
+    return ticks
+
+
+def _readable_log_axis(ax, which: str = "y", si: bool = True) -> None:
+    """Label a log axis at _nice_log_ticks over its current limits (plain
+    numbers or 100k/1M, no 10^n, no unlabelled decades)."""
+    from matplotlib.ticker import FixedLocator, FuncFormatter, NullFormatter, NullLocator
+
+    axis = ax.yaxis if which == "y" else ax.xaxis
+    lo, hi = ax.get_ylim() if which == "y" else ax.get_xlim()
+    ticks = _nice_log_ticks(lo, hi)
+    if not ticks:
+        return
+    axis.set_major_locator(FixedLocator(ticks))
+    axis.set_major_formatter(FuncFormatter(lambda v, _: _si(v) if si else f"{v:g}"))
+    axis.set_minor_locator(NullLocator())
+    axis.set_minor_formatter(NullFormatter())
+
+
 def _legend_above(ax, ncols: int = 3) -> None:
     """The panel's legend above it, where it cannot hide a bar or a line."""
     ax.legend(fontsize=9, loc="lower left", bbox_to_anchor=(0, 1.01), ncols=ncols,
@@ -172,10 +207,12 @@ def plot_throughput(summary, path: Path) -> bool:
         ax.set_yscale("log")
         ax.set_xticks(sorted(set(d.concurrency)))
         _plain_ticks(ax.xaxis)
-        _plain_ticks(ax.yaxis, si=True)
-        # log ticks of one decade are too few: label the minor ones too
-        from matplotlib.ticker import FuncFormatter
-        ax.yaxis.set_minor_formatter(FuncFormatter(lambda v, _: _si(v)))
+        # A range of less than a decade had one or two labels (90k, 100k)
+        # and the lines above them could not be read off: 1-2-5 ticks (or
+        # finer) over the axis' own limits.
+        lo, hi = ax.get_ylim()
+        ax.set_ylim(lo / 1.15, hi * 1.15)
+        _readable_log_axis(ax, "y")
         ax.set_xlabel(f"N: {'tasks' if s == 'tasks' else 'threads'} at once (log)")
         ax.set_ylabel("acquire/release cycles per second (log)")
         ax.set_title(f"{s}: throughput against concurrency (K={int(d.permits.iloc[0])})",
@@ -186,7 +223,9 @@ def plot_throughput(summary, path: Path) -> bool:
 
 
 def plot_latency(results, path: Path) -> bool:
-    """Distribution over trials of the wait-latency p50 and p99."""
+    """Distribution over trials of the wait-latency p50 and p99: one row per
+    configuration, its name on the row's own line (horizontal boxes, so each
+    label sits beside its two boxes), p50 and p99 side by side in it."""
     d = results[results.wait_p99_us.notna() & results.failure.isna()]
     if d.empty:
         return False
@@ -194,25 +233,37 @@ def plot_latency(results, path: Path) -> bool:
     groups, labels = [], []
     for (s, impl, n), g in d.groupby(["scenario", "impl", "concurrency"]):
         groups.append((g.wait_p50_us.tolist(), g.wait_p99_us.tolist()))
-        labels.append(f"{s} {'C' if impl == 'c' else 'py'} N={n}")
-    fig, ax = plt.subplots(figsize=(FULL_WIDTH_IN, 5.6))
-    pos = range(len(groups))
-    b1 = ax.boxplot([g[0] for g in groups], positions=[p - 0.18 for p in pos], widths=0.3,
-                    patch_artist=True)
-    b2 = ax.boxplot([g[1] for g in groups], positions=[p + 0.18 for p in pos], widths=0.3,
-                    patch_artist=True)
-    for b, color in ((b1, "#9ecae1"), (b2, "#fc9272")):
+        labels.append(f"{s}, {IMPL_LABELS.get(impl, impl)}, N={n}")
+    rows = len(groups)
+    fig, ax = plt.subplots(figsize=(FULL_WIDTH_IN, 1.2 + 0.42 * rows))
+    pos = list(range(rows))[::-1]       # the first group at the top
+    colors = (("p50", "#6baed6"), ("p99", "#fb6a4a"))
+    boxes = []
+    # matplotlib 3.10 names it orientation; older ones only know vert.
+    import matplotlib
+    horizontal = ({"orientation": "horizontal"}
+                  if tuple(int(x) for x in matplotlib.__version__.split(".")[:2]) >= (3, 10)
+                  else {"vert": False})
+    for k, (name, color) in enumerate(colors):
+        b = ax.boxplot([g[k] for g in groups], positions=[p + (0.17 if k == 0 else -0.17)
+                                                          for p in pos],
+                       widths=0.3, patch_artist=True, manage_ticks=False, **horizontal)
         for patch in b["boxes"]:
             patch.set_facecolor(color)
-    ax.set_yscale("log")
-    ax.set_xticks(list(pos))
-    ax.set_xticklabels(labels, fontsize=8, rotation=35, ha="right")
-    ax.set_ylabel("wait from acquire call to grant, µs (log)")
-    ax.legend([b1["boxes"][0], b2["boxes"][0]], ["p50", "p99"], fontsize=9, loc="upper left",
-              bbox_to_anchor=(1.005, 1.0), frameon=False)
-    ax.set_title("wait-latency distribution over trials (boxes: trials)", fontsize=11)
-    _plain_ticks(ax.yaxis)
-    ax.grid(alpha=0.3, axis="y")
+        boxes.append(b["boxes"][0])
+    for p in pos[1::2]:                 # every other row shaded: rows stay apart
+        ax.axhspan(p - 0.5, p + 0.5, color="#f2f2f2", zorder=0)
+    ax.set_yticks(pos)
+    ax.set_yticklabels(labels, fontsize=9)
+    ax.set_ylim(-0.5, rows - 0.5)
+    ax.set_xscale("log")
+    _readable_log_axis(ax, "x")
+    ax.set_xlabel("wait from acquire call to grant, µs (log)")
+    ax.legend(boxes, [name for name, _ in colors], fontsize=9, loc="lower left",
+              bbox_to_anchor=(0, 1.0), ncols=2, frameon=False, borderaxespad=0)
+    ax.set_title("wait-latency distribution over trials (a box: the trials' p50 or p99)",
+                 fontsize=11, pad=22)
+    ax.grid(alpha=0.3, axis="x")
     return bool(save_figure(fig, path))
 
 
@@ -441,6 +492,7 @@ def write_report(out: Path, res: RunResult, *, spark_version: Optional[str],
             "impl": "impl", "executors": "executors at once", "trials": "trials",
             "median_ops_per_s_per_executor": "ops/s per executor (median)",
             "aggregate_ops_per_s": "ops/s in all", "leaked_permits": "leaked permits"})
-    page.files(["results.parquet", "results.csv", "trials.*", "summary.*", "scaling.*",
-                "scaling_trials.*"], "Raw rows")
+    written = ((["summary", "results", "trials"] if summary is not None else [])
+               + (["scaling", "scaling_trials"] if scaling is not None else []))
+    page.files([f"{t}.{fmt}" for t in written for fmt in ("csv", "parquet")], "Raw rows")
     return page.write(out)

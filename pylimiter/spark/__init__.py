@@ -14,7 +14,8 @@ carrying their own plumbing:
 ``progress``  a rich progress bar over the tasks of one Spark job group,
               polled from the status tracker, and one over driver-side steps;
 ``report``    matplotlib without a display, figure saving, and the static
-              HTML page (environment block, verdict, figures, tables).
+              HTML page (environment block, verdict, figures, tables), and
+              ``reports/index.html``, which links every report of a run.
 
 Every pipeline's ``report.write_report(out, result, *, spark_version,
 command)`` draws its page with ``report``.  Importing this package needs

@@ -5,7 +5,11 @@ glance, a table of contents, the environment block, then figures and tables.
 
 Pages are plain HTML with PNGs beside them: they open from disk, need no
 server and no JavaScript, and fit a 1400 px wide window.  Numbers in a table
-column share one format (fixed decimals), right-aligned.
+column share one format (fixed decimals), right-aligned.  A verdict's colour
+says whether the outcome is good or bad for an operator, not whether the
+claim holds (a confirmed bug is red).  A page written to ``reports/<name>``
+also refreshes ``reports/index.html``, one page that links every report
+there with its verdicts (``update_reports_index``).
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ from __future__ import annotations
 import datetime as _dt
 import decimal
 import html
+import json
 import math
 import numbers
 import os
@@ -222,16 +227,29 @@ def html_table(rows, columns: Optional[Sequence] = None, floats: str = "{:.2f}",
 class Verdict:
     """One row of a page's verdict table: the claim in words, what this run
     measured, and whether the claim holds (True, False, None for not
-    measured, or a word such as "cost" for a row that is not a claim)."""
+    measured, or a word such as "cost" for a row that is not a claim).
+
+    ``good``: whether the outcome is good for an operator, which sets the
+    row's colour (green, red; grey for None).  By default it is ``holds``
+    when that is True or False: a claim the project wants to be true.  A
+    claim that states a problem ("Pulsar's TTL expires delayed messages
+    early") passes ``good=not holds``: confirmed, it is red."""
 
     claim: str
     measured: str
     holds: Union[bool, None, str]
+    good: Optional[bool] = None
 
     def __post_init__(self):
         # numpy's bools (a comparison of two table cells) are not True/False
-        if self.holds is not None and not isinstance(self.holds, (bool, str)):
-            object.__setattr__(self, "holds", bool(self.holds))
+        for name in ("holds", "good"):
+            v = getattr(self, name)
+            if v is not None and not isinstance(v, (bool, str)):
+                object.__setattr__(self, name, bool(v))
+        if isinstance(self.good, str):
+            raise TypeError("Verdict.good is True, False or None")
+        if self.good is None and isinstance(self.holds, bool):
+            object.__setattr__(self, "good", self.holds)
 
     def holds_text(self) -> str:
         if self.holds is True:
@@ -243,11 +261,18 @@ class Verdict:
         return str(self.holds)
 
 
+#: The line under every verdict table.
+VERDICT_COLOURS = ("Colours: green = good for an operator, red = bad for an operator (a "
+                   "confirmed problem is red although its claim holds), grey = not a yes/no "
+                   "claim or not measured.")
+
+
 def verdict_table(rows: Sequence[Verdict]) -> str:
-    """The verdict rows as the compact table a page opens with."""
+    """The verdict rows as the compact table a page opens with, coloured by
+    ``Verdict.good``."""
     body = []
     for v in rows:
-        klass = "yes" if v.holds is True else "no" if v.holds is False else "na"
+        klass = "good" if v.good is True else "bad" if v.good is False else "na"
         body.append(f"<tr><td class='l'>{html.escape(v.claim)}</td>"
                     f"<td class='l'>{html.escape(v.measured)}</td>"
                     f"<td class='{klass}'>{html.escape(v.holds_text())}</td></tr>")
@@ -267,8 +292,9 @@ overflow-wrap:anywhere}} .env td:first-child{{white-space:nowrap}} .env td:first
 table.verdict{{font-size:14px;margin:12px 0 8px;width:100%}}
 table.verdict td{{white-space:normal;vertical-align:top;padding:4px 8px}}
 table.verdict td:first-child{{width:32%;font-weight:600}} table.verdict th{{padding:4px 8px}}
-table.verdict td.yes{{background:#e3f2e5;color:#1e6b2b;font-weight:700}}
-table.verdict td.no{{background:#fbe5e3;color:#a12a1f;font-weight:700}}
+table.verdict td.good{{background:#e3f2e5;color:#1e6b2b;font-weight:700}}
+table.verdict td.bad{{background:#fbe5e3;color:#a12a1f;font-weight:700}}
+.colours{{color:#666;font-size:12px;margin:0 0 8px}}
 table.verdict td.na{{background:#f3f3f3;color:#555}}
 table.verdict td:last-child{{width:7em;white-space:nowrap;text-align:center}}
 .note{{color:#444;font-size:14px;margin:4px 0 12px}}
@@ -306,7 +332,8 @@ class ReportPage:
         self.env = env
         self._verdicts: list[Verdict] = []
         self._note: Optional[str] = None
-        self._parts: list[str] = []
+        # HTML, or a function of the page's folder (None: not known) to HTML
+        self._parts: list = []
         self._sections: list[tuple[str, str]] = []
 
     def verdicts(self, rows: Iterable[Verdict], note: Optional[str] = None) -> "ReportPage":
@@ -366,11 +393,27 @@ class ReportPage:
         return self
 
     def files(self, names: Iterable[str], note: str = "Data beside this page") -> "ReportPage":
-        items = ", ".join(f"<code>{html.escape(n)}</code>" for n in names)
-        self._parts.append(f"<p>{html.escape(note)}: {items}</p>")
+        """Links to files written beside the page (single files: a table's
+        ``.csv`` opens in a spreadsheet as it is).  ``write`` links those
+        that are there and names any that are not, so the page never
+        promises a file it does not have."""
+        names = list(names)
+        e = html.escape
+
+        def part(out: Optional[Path]) -> str:
+            there = [n for n in names if out is None or (Path(out) / n).is_file()]
+            items = ", ".join(f"<a href='{e(n)}'><code>{e(n)}</code></a>" for n in there)
+            text = f"<p class='files'>{e(note)}: {items or '(none)'}"
+            missing = [n for n in names if n not in there]
+            if missing:
+                text += f" <span class='missing'>(not written: {e(', '.join(missing))})</span>"
+            return text + "</p>"
+        self._parts.append(part)
         return self
 
-    def render(self) -> str:
+    def render(self, out: Optional[Path] = None) -> str:
+        """The page's HTML; ``out``: the folder it goes to (files beside it
+        are looked for there)."""
         e = html.escape
         head = [f"<!doctype html><html lang='en'><head><meta charset='utf-8'>"
                 f"<meta name='viewport' content='width=device-width'>"
@@ -380,6 +423,7 @@ class ReportPage:
             head.append(f"<p class='sub'>{e(self.subtitle)}</p>")
         if self._verdicts:
             head.append(verdict_table(self._verdicts))
+            head.append(f"<p class='colours'>{e(VERDICT_COLOURS)}</p>")
         if self._note:
             head.append(f"<p class='note'>{e(self._note)}</p>")
         if len(self._sections) >= self.TOC_MIN_SECTIONS:
@@ -393,15 +437,94 @@ class ReportPage:
             head.append(f"<div class='env'><table>{rows}</table></div>")
         elif self.command:
             head.append(f"<pre>{e(self.command)}</pre>")
-        return "\n".join(head + self._parts + ["</body></html>"])
+        parts = [p(out) if callable(p) else p for p in self._parts]
+        return "\n".join(head + parts + ["</body></html>"])
 
     def write(self, out: Path) -> Path:
-        """Write ``out/index.html`` (creating ``out``) and return its path."""
+        """Write ``out/index.html`` (creating ``out``) and ``out/report.json``
+        (title and verdicts, for the run's index) and return the page's path.
+        When ``out`` lies in a folder named ``reports``, that folder's
+        ``index.html`` is refreshed (``update_reports_index``)."""
         out = Path(out)
         out.mkdir(parents=True, exist_ok=True)
         index = out / "index.html"
-        index.write_text(self.render(), encoding="utf-8")
+        _write_text(index, self.render(out))
+        _write_text(out / SUMMARY_FILE, json.dumps({
+            "title": self.title, "subtitle": self.subtitle,
+            "written": _dt.datetime.now().astimezone().strftime("%Y-%m-%d %H:%M %Z"),
+            "verdicts": [{"claim": v.claim, "measured": v.measured, "holds": v.holds,
+                          "good": v.good} for v in self._verdicts]}, indent=1))
+        if out.resolve().parent.name == REPORTS_FOLDER:
+            update_reports_index(out.resolve().parent)
         return index
+
+
+#: What ``ReportPage.write`` leaves beside a page for the run's index.
+SUMMARY_FILE = "report.json"
+#: Pages written in a folder of this name are listed in its index.html.
+REPORTS_FOLDER = "reports"
+
+
+def _write_text(path: Path, text: str) -> None:
+    """Write a whole file or nothing (a reader never sees half a page)."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def _page_title(index: Path) -> str:
+    m = re.search(r"<title>(.*?)</title>", index.read_text(encoding="utf-8", errors="replace"),
+                  re.S)
+    return html.unescape(m.group(1)) if m else index.parent.name
+
+
+def update_reports_index(folder: Path) -> Path:
+    """Write ``folder/index.html``: a link to every report in a subfolder
+    of ``folder`` (one with an ``index.html``), in name order, with when it
+    was written and its verdict table (from its ``report.json``; a page
+    without one is listed by its title).  Returns the index's path."""
+    folder = Path(folder)
+    e = html.escape
+    parts, links = [], []
+    for sub in sorted(p for p in folder.iterdir() if p.is_dir() and not p.name.startswith(".")):
+        page = sub / "index.html"
+        if not page.is_file():
+            continue
+        info: dict = {}
+        try:
+            info = json.loads((sub / SUMMARY_FILE).read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            pass
+        title = info.get("title") or _page_title(page)
+        href = f"{sub.name}/index.html"
+        rows = [Verdict(v["claim"], v["measured"], v["holds"], v.get("good"))
+                for v in info.get("verdicts", []) if isinstance(v, dict)]
+        good = sum(v.good is True for v in rows)
+        bad = sum(v.good is False for v in rows)
+        tally = (f"{plural(good, 'good outcome')}, {plural(bad, 'bad outcome')}, "
+                 f"{len(rows) - good - bad} other" if rows else "no verdicts")
+        links.append(f"<li><a href='{e(href)}'>{e(title)}</a> "
+                     f"<span class='sub'>({e(sub.name)}, {e(tally)})</span></li>")
+        parts.append(f"<h2 id='{e(sub.name)}'><a href='{e(href)}'>{e(title)}</a></h2>")
+        when = info.get("written") or _dt.datetime.fromtimestamp(
+            page.stat().st_mtime).astimezone().strftime("%Y-%m-%d %H:%M %Z")
+        parts.append(f"<p class='sub'>{e(sub.name)}/ &middot; written {e(when)}"
+                     + (f" &middot; {e(info['subtitle'])}" if info.get("subtitle") else "")
+                     + "</p>")
+        if rows:
+            parts.append(verdict_table(rows))
+    body = ([f"<ul>{''.join(links)}</ul>", f"<p class='colours'>{e(VERDICT_COLOURS)}</p>"]
+            + parts) if links else ["<p class='none'>No reports yet.</p>"]
+    text = "\n".join(
+        [f"<!doctype html><html lang='en'><head><meta charset='utf-8'>"
+         f"<meta name='viewport' content='width=device-width'><title>pylimiter reports</title>"
+         f"<style>{_CSS}</style></head><body>",
+         "<h1>pylimiter reports</h1>",
+         f"<p class='sub'>Every report in this folder ({e(folder.name)}/), with the verdicts "
+         "it opens with. Each line links to the full page.</p>", *body, "</body></html>"])
+    index = folder / "index.html"
+    _write_text(index, text)
+    return index
 
 
 def command_line(prog: str, argv: Optional[Sequence[str]] = None) -> str:

@@ -692,11 +692,14 @@ def _csv_value(v) -> str:
 
 
 def write_table(df, out: Path, name: str, formats: tuple[str, ...] = ("parquet", "csv")) -> None:
-    """write_table writes a (small) DataFrame as ``out/name.parquet`` and
-    ``out/name.csv`` (with a header), one part file each, replacing what was
-    there.  The rows are collected and written by the driver: executors of
-    a cluster do not see the driver's disk (Spark's own writer would leave
-    the part files in ``_temporary`` on the nodes and report success)."""
+    """write_table writes a (small) DataFrame as the single files
+    ``out/name.parquet`` and ``out/name.csv`` (a header row, UTF-8), which a
+    spreadsheet, pandas or Spark opens as they are, replacing what was there
+    (the part-file folders of older runs included).  The rows are collected
+    and written by the driver: executors of a cluster do not see the
+    driver's disk (Spark's own writer would leave the part files in
+    ``_temporary`` on the nodes and report success).  Each file appears
+    whole or not at all (written beside it, then renamed)."""
     for fmt in formats:
         if fmt not in ("parquet", "csv"):
             raise ValueError(f"unknown table format {fmt!r} (parquet or csv)")
@@ -705,9 +708,8 @@ def write_table(df, out: Path, name: str, formats: tuple[str, ...] = ("parquet",
         rows = df.collect()
     fields = df.schema.fieldNames()
     for fmt in formats:
-        folder = Path(out) / f"{name}.{fmt}"
-        shutil.rmtree(folder, ignore_errors=True)
-        folder.mkdir(parents=True)
+        path = Path(out) / f"{name}.{fmt}"
+        tmp = path.with_name(f".{path.name}.tmp")
         if fmt == "parquet":
             import pyarrow as pa
             import pyarrow.parquet as pq
@@ -715,14 +717,15 @@ def write_table(df, out: Path, name: str, formats: tuple[str, ...] = ("parquet",
 
             schema = to_arrow_schema(df.schema)
             cols = [pa.array([r[i] for r in rows], type=f.type) for i, f in enumerate(schema)]
-            pq.write_table(pa.Table.from_arrays(cols, schema=schema),
-                           folder / "part-00000.parquet")
+            pq.write_table(pa.Table.from_arrays(cols, schema=schema), tmp)
         else:
-            with open(folder / "part-00000.csv", "w", newline="") as f:
+            with open(tmp, "w", newline="", encoding="utf-8") as f:
                 w = csv.writer(f)
                 w.writerow(fields)
                 w.writerows([_csv_value(v) for v in r] for r in rows)
-        (folder / "_SUCCESS").touch()
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path)
+        os.replace(tmp, path)
 
 
 @contextlib.contextmanager

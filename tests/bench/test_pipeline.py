@@ -14,6 +14,7 @@ import time
 import pytest
 
 from tests._helpers import needs_pyspark
+from tests.spark.pages import files_beside
 
 from tests._helpers import run_module
 
@@ -82,8 +83,7 @@ def test_cli_unsupported_master():
 
 
 def _rows(out, name):
-    (part,) = (out / f"{name}.csv").glob("part-*.csv")
-    with part.open() as f:
+    with (out / f"{name}.csv").open(encoding="utf-8") as f:   # one file, not a folder
         return list(csv.DictReader(f))
 
 
@@ -130,7 +130,8 @@ def test_spark_runner_end_to_end(spark, tmp_path, capsys):
     assert len(_rows(out, "scaling_trials")) == 2 * (1 + 2) * 2  # impls x tasks x repeats
     for name in ("index.html", "throughput.png", "speedup.png", "latency.png", "scaling.png"):
         assert (out / name).stat().st_size > 0, name
-    assert list((out / "results.parquet").glob("part-*.parquet"))
+    assert (out / "results.parquet").is_file()
+    assert {"summary.csv", "results.csv", "scaling.csv"} <= set(files_beside(out / "index.html"))
     html = (out / "index.html").read_text()
     assert "speedup.png" in html and "<table>" in html
     # The verdict table first, computed from this run, then the environment.

@@ -220,19 +220,29 @@ def test_write_table_is_written_by_the_driver(spark, tmp_path):
     df = spark.createDataFrame(
         [(1, None, float("nan"), True), (2, "x,y", float("inf"), None)],
         "n long, s string, x double, b boolean").repartition(2)
+    # A part-file folder of an older run is replaced by one file.
     (tmp_path / "t.csv").mkdir()
     (tmp_path / "t.csv" / "part-old.csv").write_text("stale")
     write_table(df, tmp_path, "t")
     for fmt in ("csv", "parquet"):
-        folder = tmp_path / f"t.{fmt}"
-        assert sorted(p.name for p in folder.iterdir()) == ["_SUCCESS", f"part-00000.{fmt}"]
-    with (tmp_path / "t.csv" / "part-00000.csv").open() as f:
+        assert (tmp_path / f"t.{fmt}").is_file()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["t.csv", "t.parquet"]
+    with (tmp_path / "t.csv").open(encoding="utf-8") as f:
+        assert f.readline() == "n,s,x,b\n"       # a header, no BOM: what a spreadsheet reads
+        f.seek(0)
         rows = sorted(csv.DictReader(f), key=lambda r: r["n"])
     assert rows == [{"n": "1", "s": "", "x": "NaN", "b": "true"},
                     {"n": "2", "s": "x,y", "x": "Infinity", "b": ""}]
     back = spark.read.parquet(str(tmp_path / "t.parquet"))
     assert back.schema == df.schema
     assert sorted(back.collect(), key=lambda r: r.n)[1].s == "x,y"
+    import pandas as pd
+
+    frame = pd.read_csv(tmp_path / "t.csv").sort_values("n")
+    assert frame["n"].tolist() == [1, 2] and frame["s"].iloc[1] == "x,y"
+    assert sorted(pd.read_parquet(tmp_path / "t.parquet")["n"]) == [1, 2]
+    write_table(df, tmp_path, "t")              # again: replaced, nothing left beside
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["t.csv", "t.parquet"]
 
 
 # ---- every Spark CLI ------------------------------------------------------------------------

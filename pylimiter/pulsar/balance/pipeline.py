@@ -136,6 +136,14 @@ def settings_from(args) -> Settings:
     if chosen["default_bundles"] > chosen["max_bundles"]:
         raise UsageError(f"--default-bundles {chosen['default_bundles']} is above "
                          f"--max-bundles {chosen['max_bundles']}")
+    # Floors that keep every usage percentage a finite float for input rates
+    # up to source.MAX_RATE (a broker of 1e-300 msg/s made 1e5 msg/s overflow).
+    if args.broker_msg_rate < 1:
+        raise UsageError(f"--broker-msg-rate must be at least 1 (msg/s), got "
+                         f"{args.broker_msg_rate:g}")
+    if args.broker_bandwidth_mbytes < 0.001:
+        raise UsageError(f"--broker-bandwidth-mbytes must be at least 0.001 (MiB/s), got "
+                         f"{args.broker_bandwidth_mbytes:g}")
     cap = BrokerCapacity(msg_rate=args.broker_msg_rate,
                          bandwidth_in=args.broker_bandwidth_mbytes * MIB,
                          bandwidth_out=args.broker_bandwidth_mbytes * MIB)

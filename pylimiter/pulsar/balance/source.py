@@ -19,6 +19,8 @@ the steps after it are simply aggregated again on the new layout.
 
 from __future__ import annotations
 
+import os
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional, Sequence
@@ -26,14 +28,21 @@ from typing import Optional, Sequence
 from ..._cli import UsageError
 from .generate import FACT_COLUMNS, GeneratorSpec, generate_topics, namespace_name, step_rows_sql
 
-__all__ = ["FileSource", "GeneratedSource", "LAYOUT_SCHEMA", "TopicSource", "check_input",
-           "load_input"]
+__all__ = ["FileSource", "GeneratedSource", "LAYOUT_SCHEMA", "MAX_RATE", "TopicSource",
+           "check_input", "load_input"]
 
 LAYOUT_SCHEMA = "ns_id int, lower long, upper long, bidx int"
 #: Topic rows meet the layout on (namespace, hash >> 24): 256 slices per namespace.
 BUCKET_SHIFT = 24
 _TOPIC_RE = r"^(persistent|non-persistent)://[^/]+/[^/]+/.+$"
 _NS_RE = r"^[a-z-]+://([^/]+/[^/]+)/"
+#: The largest rate or throughput an input row may give (msg/s, bytes/s): a
+#: petabyte or 10**15 messages a second, far beyond any broker, and small
+#: enough that the sums over a broker's topics and the usage percentages the
+#: load manager derives from them stay finite floats (1e308 did not).
+MAX_RATE = 1e15
+#: A UTF-8 byte order mark, as Excel and PowerShell begin a CSV with.
+_BOM = "\ufeff"
 
 
 @dataclass
@@ -150,9 +159,67 @@ class GeneratedSource(TopicSource):
         self.topics_df.unpersist()
 
 
+def _input_files(path: Path) -> list[Path]:
+    """The files an input names: the path itself, or the entries of a folder
+    that Spark would read (not hidden, not ``_SUCCESS``-like).  Anything but
+    a regular file or a folder (a FIFO, a device, a socket) is a UsageError
+    at once: opening a FIFO waits for a writer, for ever."""
+    try:
+        st = path.stat()
+    except FileNotFoundError:
+        raise UsageError(f"{path}: no such file or folder") from None
+    except OSError as exc:
+        raise UsageError(f"{path}: cannot read it: {exc.strerror or exc}") from None
+    if stat.S_ISDIR(st.st_mode):
+        files = []
+        for p in sorted(path.iterdir()):
+            if p.name.startswith((".", "_")):
+                continue
+            mode = p.stat().st_mode
+            if stat.S_ISDIR(mode):
+                continue
+            if not stat.S_ISREG(mode):
+                raise UsageError(f"{p}: not a regular file ({_kind(mode)}); give files or "
+                                 "a folder of files")
+            files.append(p)
+        return files
+    if not stat.S_ISREG(st.st_mode):
+        raise UsageError(f"{path}: not a regular file ({_kind(st.st_mode)}); give a file or "
+                         "a folder of files")
+    return [path]
+
+
+def _kind(mode: int) -> str:
+    for test, what in ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
+                       (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket")):
+        if test(mode):
+            return what
+    return "not a file"
+
+
+def _first_line(path: Path) -> str:
+    """The first non-blank line of a regular file, its BOM dropped.  Opened
+    without blocking and checked again once open, so a FIFO put in its place
+    after _input_files looked is refused too, not waited on."""
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            raise UsageError(f"{path}: not a regular file ({_kind(mode)})")
+        with os.fdopen(fd, encoding="utf-8-sig", errors="replace") as f:
+            fd = -1                     # the file object closes it
+            return next((ln for ln in f if ln.strip()), "")
+    finally:
+        if fd >= 0:
+            os.close(fd)
+
+
+_SUFFIXES = {".parquet": "parquet", ".pq": "parquet", ".csv": "csv", ".json": "json",
+             ".jsonl": "json", ".ndjson": "json"}
+
+
 def _detect_format(path: Path) -> str:
-    suffixes = {".parquet": "parquet", ".pq": "parquet", ".csv": "csv", ".json": "json",
-                ".jsonl": "json", ".ndjson": "json"}
+    suffixes = _SUFFIXES
     if path.is_dir():
         kinds = {suffixes.get(p.suffix.lower()) for p in path.iterdir()
                  if p.is_file() and not p.name.startswith((".", "_"))} - {None}
@@ -175,19 +242,15 @@ def check_input(path: Path) -> None:
     import json
 
     path = Path(path)
-    if not path.exists():
-        raise UsageError(f"{path}: no such file or folder")
+    files = _input_files(path)
     fmt = _detect_format(path)
-    files = sorted(p for p in path.iterdir() if p.is_file() and not p.name.startswith((".", "_"))
-                   ) if path.is_dir() else [path]
-    first = files[0]
+    first = next(p for p in files if _SUFFIXES.get(p.suffix.lower()) == fmt)
     try:
         if fmt == "parquet":
             import pyarrow.parquet as pq
             columns = pq.read_schema(first).names
         else:
-            with open(first, encoding="utf-8", errors="replace") as f:
-                line = next((ln for ln in f if ln.strip()), "")
+            line = _first_line(first)
             if not line:
                 raise UsageError(f"{path}: no rows")
             if fmt == "csv":
@@ -217,18 +280,23 @@ _COUNTS = ("producers", "consumers")
 
 def load_input(spark, path: Path):
     """Read and check an input file: every column of ``FACT_COLUMNS``
-    present; step and counts integers >= 0; rates finite numbers >= 0; topic a
-    full name (``persistent://tenant/ns/name``); no (step, topic) twice.  A
-    problem is a UsageError naming the column and the row (1-based, in file
-    order).  Returns the typed DataFrame with namespace and hash columns."""
+    present; step and counts integers >= 0; rates numbers from 0 to
+    ``MAX_RATE``; topic a full name (``persistent://tenant/ns/name``); no
+    (step, topic) twice.  A problem is a UsageError naming the column and the
+    row (1-based, in file order).  Only regular files are read (a FIFO is
+    refused, not waited on), and a CSV header may start with a UTF-8 BOM.
+    Returns the typed DataFrame with namespace and hash columns."""
     from pyspark.sql import functions as F
 
     path = Path(path)
-    if not path.exists():
-        raise UsageError(f"{path}: no such file or folder")
+    _input_files(path)
     fmt = _detect_format(path)
     if fmt == "csv":
         raw = spark.read.option("header", True).option("mode", "PERMISSIVE").csv(str(path))
+        # Spark keeps a BOM as part of the first header name ("\ufeffstep").
+        first = raw.columns[0] if raw.columns else ""
+        if first.startswith(_BOM):
+            raw = raw.withColumnRenamed(first, first.lstrip(_BOM))
     elif fmt == "json":
         schema = ", ".join(f"{c} string" for c in FACT_COLUMNS) + ", _corrupt_record string"
         raw = (spark.read.schema(schema).option("columnNameOfCorruptRecord", "_corrupt_record")
@@ -265,8 +333,8 @@ def load_input(spark, path: Path):
                        "is not an integer >= 0"))
     for c in _NUMBERS:
         v = num[c]
-        checks.append((v.isNull() | F.isnan(v) | (v < 0) | (v == float("inf")), c,
-                       "is not a finite number >= 0"))
+        checks.append((v.isNull() | F.isnan(v) | (v < 0) | (v > MAX_RATE), c,
+                       f"is not a number from 0 to {MAX_RATE:g}"))
     problem = F.lit(None).cast("string")
     for cond, col, _ in reversed(checks):
         problem = F.when(cond, F.lit(col)).otherwise(problem)

@@ -63,7 +63,9 @@ def range_equally_divide(bundle: Bundle) -> Optional[list[int]]:
 def topic_count_equally_divide(bundle: Bundle, hashes: list[int]) -> Optional[list[int]]:
     """``TopicCountEquallyDivideBundleSplitAlgorithm``: halfway between the two
     middle topic hashes, so each side gets half the topics (odd counts: the
-    lower side gets floor(n/2)).  None for fewer than two topics."""
+    lower side gets floor(n/2)).  ``hashes`` has one entry per topic, equal
+    hashes included (two names can share a CRC-32): two colliding topics
+    give that hash itself.  None for fewer than two topics."""
     if len(hashes) <= 1:
         return None
     h = sorted(hashes)
@@ -182,10 +184,16 @@ def split_boundaries(algorithm: str, bundle: Bundle,
             bundle, stats, max_msg_rate=number("max_msg_rate", max_msg_rate),
             max_bandwidth_mbytes=number("max_bandwidth_mbytes", max_bandwidth_mbytes),
             threshold_pct=number("threshold_pct", threshold_pct))
-    # topic_hash refuses anything but a str before a set hashes it.
-    hashes = {topic_hash(name) for name in (topics.keys() if isinstance(topics, Mapping)
-                                             else topics)}
-    hashes = [h for h in hashes if bundle.contains(h)]
+    # One entry per topic NAME, then a list of their hashes: two names with
+    # the same CRC-32 are two topics (Pulsar sorts a List<Long> of every
+    # owned topic's hash), while a name given twice is one.  topic_hash
+    # refuses anything but a str first, and the dict is keyed by the plain
+    # str value, so no foreign __hash__/__eq__ of a str subclass ever runs.
+    by_name: dict[str, int] = {}
+    for name in (topics.keys() if isinstance(topics, Mapping) else topics):
+        h = topic_hash(name)
+        by_name[name if type(name) is str else str.__str__(name)] = h
+    hashes = [h for h in by_name.values() if bundle.contains(h)]
     if algorithm == "topic_count_equally_divide":
         return topic_count_equally_divide(bundle, hashes)
     return specified_positions_divide(bundle, len(hashes), positions)

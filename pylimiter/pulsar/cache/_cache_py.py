@@ -21,6 +21,22 @@ every method and attribute (``__getattr__`` turns the missing state into it,
 at no cost to initialised objects); ``__init__`` runs once; copy and pickle
 are refused.
 
+MemoryError (issue 32): every operation is all-or-nothing, as in C.  Each
+method first computes everything that allocates (new ints, the entry, lists,
+the tuple it returns), then makes its changes with steps that cannot fail:
+slot stores and dict deletions.  The few container changes that can fail
+(an OrderedDict or dict insertion, the first OrderedDict deletion after its
+table grew) come first and leave the container as it was when they fail;
+an insertion into the index is undone if the queue's then fails.  A walk is
+made of such steps, one per entry: it stops between two entries, as when
+the clock raises, keeping what it removed, and the next walk finishes it.
+An EntryCache's sorted positions may keep positions whose entry a walk
+removed (deleting from a list can reallocate, and fail, after the rest of
+an eviction is done): readers skip them, the next insert into that cache
+prunes them once they outnumber the entries, and invalidate_up_to/clear
+drop them.  Removed entries are chained through a slot, not appended to a
+list, so dropping their payloads after a walk allocates nothing.
+
 Not thread-safe: use a manager, its caches and queues from one thread (an
 asyncio loop's), as the simulator and EntryReader do.
 """
@@ -28,7 +44,7 @@ asyncio loop's), as the simulator and EntryReader do.
 from __future__ import annotations
 
 import time
-from bisect import bisect_left, bisect_right, insort
+from bisect import bisect_left, bisect_right
 from collections import OrderedDict
 from typing import Callable, Hashable, Iterator, Optional, Union
 
@@ -132,7 +148,7 @@ class CacheEntry(_Guarded):
     """
 
     __slots__ = ("_key", "_size", "_ts", "_accessed", "_removed", "_requeues", "_reads",
-                 "_tracked", "_owner", "_data", "_queue")
+                 "_tracked", "_owner", "_data", "_queue", "_next_gone")
     _SENTINEL = "_size"
 
     def __init__(self, key: Hashable, size: int, *, expected_reads: int = 0,
@@ -153,6 +169,7 @@ class CacheEntry(_Guarded):
         self._owner: Optional[EntryCache] = None
         self._data: Optional[Data] = None
         self._queue: Optional[RemovalQueue] = None
+        self._next_gone: Optional[CacheEntry] = None
         self._size = size           # last: the object counts as initialised from here
 
     @property
@@ -306,9 +323,10 @@ class RemovalQueue(_Guarded):
             raise already_queued_error()
         if entry._size > MAX_ID - self._bytes:
             raise total_bytes_error("the queue")
+        nbytes = self._bytes + entry._size
+        order[entry] = None         # the one step that can fail, and then changes nothing
         entry._queue = self
-        order[entry] = None
-        self._bytes += entry._size
+        self._bytes = nbytes
 
     def is_empty(self) -> bool:
         """True when no entry is queued."""
@@ -363,10 +381,14 @@ class RemovalQueue(_Guarded):
         n = b = 0
         now = None
         max_requeue, extend = self._max_requeue, self._extend
-        gone = []
+        gone: Optional[CacheEntry] = None       # removed entries, chained
         try:
             # Each requeue clears `accessed` and counts toward the limit, so an
             # entry is requeued at most max_requeue + 1 times per walk: it ends.
+            # Each step (one entry requeued or removed) computes what it
+            # allocates first, then changes the queue with one call that fails
+            # without changing anything, then stores: a MemoryError anywhere
+            # ends the walk between two entries.
             while order:
                 if before is None and b >= size_to_free:
                     break
@@ -381,39 +403,55 @@ class RemovalQueue(_Guarded):
                         now = _now(self._clock)
                         max_requeue, extend = self._max_requeue, self._extend
                         continue
+                    requeues = e._requeues + 1
+                    total = self._requeues + 1
                     order.move_to_end(e)
                     e._ts = now
                     e._accessed = False
-                    e._requeues += 1
-                    self._requeues += 1
+                    e._requeues = requeues
+                    self._requeues = total
                 else:
-                    self._remove(e)
-                    gone.append(e)
-                    n += 1
-                    b += e._size
-                    if b > MAX_ID:
-                        b = MAX_ID
+                    # Evict e: out of the queue and out of its EntryCache,
+                    # counted at once (a clock that raises later in the walk
+                    # loses nothing).
+                    size = e._size
+                    qbytes = self._bytes - size
+                    evicted = self._evicted_entries + 1
+                    evicted_bytes = self._evicted_bytes + size
+                    if evicted_bytes > MAX_U64:
+                        evicted_bytes = MAX_U64
+                    n1 = n + 1
+                    b1 = b + size
+                    if b1 > MAX_ID:
+                        b1 = MAX_ID
+                    owner = e._owner
+                    if owner is not None:
+                        index = owner._index
+                        csize = owner._size - size
+                    del order[e]
+                    self._bytes = qbytes
+                    e._queue = None
+                    e._removed = True
+                    if owner is not None:
+                        # Its position stays in owner._sorted (see the module
+                        # docstring): deleting it could fail after this.
+                        del index[e._key]
+                        owner._size = csize
+                        e._owner = None
+                    self._evicted_entries = evicted
+                    self._evicted_bytes = evicted_bytes
+                    e._next_gone = gone
+                    gone = e
+                    n = n1
+                    b = b1
         finally:
-            for e in gone:          # after the walk: a payload's release runs code
+            # After the walk: a payload's release runs code.
+            while gone is not None:
+                e = gone
+                gone = e._next_gone
+                e._next_gone = None
                 e._data = None
         return n, b
-
-    def _remove(self, e: CacheEntry) -> None:
-        """Evict ``e``: out of the queue and out of its EntryCache, counted
-        at once (a clock that raises later in the walk loses nothing)."""
-        self._unlink(e)
-        e._removed = True
-        owner = e._owner
-        if owner is not None:
-            owner._forget(e)
-        self._evicted_entries += 1
-        b = self._evicted_bytes + e._size
-        self._evicted_bytes = b if b <= MAX_U64 else MAX_U64
-
-    def _unlink(self, e: CacheEntry) -> None:
-        del self._order[e]
-        self._bytes -= e._size
-        e._queue = None
 
     def __repr__(self) -> str:
         if not _is_set(self, "_order"):
@@ -504,6 +542,7 @@ class EntryCache(_Guarded):
         q = m._queue
         if charge > MAX_ID - q._bytes:
             raise total_bytes_error("the cache")
+        # Everything that allocates first (see the module docstring).
         e = object.__new__(CacheEntry)
         e._key = pos
         e._ts = now
@@ -514,19 +553,36 @@ class EntryCache(_Guarded):
         e._requeues = 0
         e._owner = self
         e._data = data
-        e._queue = None
-        e._size = charge
-        index[pos] = e
-        if not self._sorted or self._sorted[-1] < pos:
-            self._sorted.append(pos)
-        else:
-            insort(self._sorted, pos)
-        self._size += charge
         e._queue = q                # q.add(e) without its checks: e is new and fits
-        q._order[e] = None
-        q._bytes += charge
-        m._inserts += 1
-        m._inserted_bytes += size
+        e._next_gone = None
+        e._size = charge
+        csize = self._size + charge
+        qbytes = q._bytes + charge
+        inserts = m._inserts + 1
+        inserted = m._inserted_bytes + size
+        s = self._sorted
+        if len(s) > 2 * len(index) + 32:
+            # Positions of evicted entries outnumber the entries: prune them.
+            s = [p for p in s if p in index]
+            self._sorted = s
+        # Three insertions, each of which changes nothing when it fails.  A
+        # position left in `s` by a later failure is one readers skip.
+        if not s or s[-1] < pos:
+            s.append(pos)
+        else:
+            i = bisect_left(s, pos)
+            if i == len(s) or s[i] != pos:      # else left there by an eviction
+                s.insert(i, pos)
+        index[pos] = e
+        try:
+            q._order[e] = None
+        except BaseException:
+            del index[pos]
+            raise
+        self._size = csize
+        q._bytes = qbytes
+        m._inserts = inserts
+        m._inserted_bytes = inserted
         if q._bytes > m._trigger_bytes:
             m._evict_to_watermark()
         return True
@@ -540,10 +596,11 @@ class EntryCache(_Guarded):
             raise not_initialised_error("EntryCache") from None
         e = self._index.get(check_position(position))
         if e is None:
-            m._misses += 1
+            m._misses = m._misses + 1
             return None
+        hits = m._hits + 1          # before anything changes: it may not fit in memory
         e._accessed = True
-        m._hits += 1
+        m._hits = hits
         return e._data
 
     def get_range(self, first: tuple[int, int], last: tuple[int, int]) -> list[Data]:
@@ -552,12 +609,12 @@ class EntryCache(_Guarded):
         as Pulsar's getRange does, and changes no counter."""
         self._ok()
         lo, hi = check_bound(first), check_bound(last)
-        out = []
         s = self._sorted
-        for pos in s[bisect_left(s, lo):bisect_right(s, hi)]:
-            e = self._index[pos]
+        found = [e for e in map(self._index.get, s[bisect_left(s, lo):bisect_right(s, hi)])
+                 if e is not None]
+        out = [e._data for e in found]
+        for e in found:             # marked only once nothing more can fail
             e._accessed = True
-            out.append(e._data)
         return out
 
     def mark_read(self, position: tuple[int, int]) -> None:
@@ -588,30 +645,36 @@ class EntryCache(_Guarded):
         return self._drop(len(self._sorted))
 
     def _drop(self, upto: int) -> tuple[int, int]:
-        n = b = 0
         q = self._manager._queue
-        gone = [self._index.pop(pos) for pos in self._sorted[:upto]]
-        del self._sorted[:upto]
+        order = q._order
+        index = self._index
+        s = self._sorted
+        # Everything that allocates first (see the module docstring).
+        gone = [e for e in map(index.get, s[:upto]) if e is not None]
+        b = 0
         for e in gone:
-            q._unlink(e)
+            b += e._size
+        result = (len(gone), b)
+        csize = self._size - b
+        qbytes = q._bytes - b
+        # Only the first OrderedDict deletion can fail (rebuilding its node
+        # table after the dict grew), and then nothing has changed; the
+        # others and the dict deletions allocate nothing.
+        for e in gone:
+            del order[e]
+            del index[e._key]
+            e._queue = None
             e._removed = True
             e._owner = None
-            n += 1
-            b += e._size
-        self._size -= b
-        for e in gone:              # after the state is consistent (see _walk)
-            e._data = None
-        return n, b
-
-    def _forget(self, e: CacheEntry) -> None:
-        """The queue evicted ``e``: drop it from the index (its payload is
-        dropped by the walk, once it is over)."""
-        pos = e._key
-        del self._index[pos]
-        s = self._sorted
-        del s[bisect_left(s, pos)]
-        self._size -= e._size
-        e._owner = None
+        self._size = csize
+        q._bytes = qbytes
+        try:
+            del s[:upto]
+            for e in gone:          # after the state is consistent (see _walk)
+                e._data = None
+        except MemoryError:
+            pass    # stale positions are skipped; payloads go with `gone`
+        return result
 
     def __repr__(self) -> str:
         if not _is_set(self, "_manager"):
@@ -678,9 +741,15 @@ class EntryCacheManager(_Guarded):
         self._recompute()
         self._queue = queue         # last: the object counts as initialised from here
 
-    def _recompute(self) -> None:
-        self._trigger_bytes = threshold_bytes(self._max, self._trigger)
-        self._watermark_bytes = threshold_bytes(self._max, self._watermark)
+    def _recompute(self, max_size: Optional[int] = None) -> None:
+        # Both thresholds before any store: a MemoryError leaves all three.
+        if max_size is None:
+            max_size = self._max
+        trigger = threshold_bytes(max_size, self._trigger)
+        watermark = threshold_bytes(max_size, self._watermark)
+        self._max = max_size
+        self._trigger_bytes = trigger
+        self._watermark_bytes = watermark
 
     # ---- settings ------------------------------------------------------------
 
@@ -696,8 +765,7 @@ class EntryCacheManager(_Guarded):
     @max_size_bytes.setter
     def max_size_bytes(self, value: int) -> None:
         self._ok()
-        self._max = check_max_size(value)
-        self._recompute()
+        self._recompute(check_max_size(value))
 
     @property
     def entry_overhead_bytes(self) -> int:

@@ -174,9 +174,12 @@ def check_entry_overhead(n) -> int:
 
 def check_key(key):
     """A hashable key: anything whose hash() works (a hash() that raises,
-    whatever it raises, is a TypeError here)."""
+    whatever it raises, is a TypeError here, except MemoryError, which is
+    no fault of the key and propagates)."""
     try:
         hash(key)
+    except MemoryError:
+        raise
     except Exception as exc:
         raise TypeError(f"key must be hashable: hash() of a {type(key).__name__} "
                         f"raised {type(exc).__name__}") from exc

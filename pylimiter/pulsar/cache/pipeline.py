@@ -214,7 +214,7 @@ def main(argv: Optional[Sequence[str]] = None, *, spark=None) -> int:
           f"{fmt_bytes(total_bytes)} read from simulated storage, in "
           f"{fmt_seconds(time.perf_counter() - t0)}")
     for v in verdicts(res):   # the headline: the page's verdict table
-        print(f"PIP-430 claim {v.claim}: holds? {v.holds_text()}\n    {v.measured}")
+        print(f"verdict {v.claim}: holds? {v.holds_text()}\n    {v.measured}")
     print(f"report: {index.resolve()}")
     return 0
 

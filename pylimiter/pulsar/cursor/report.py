@@ -104,11 +104,13 @@ def write_report(out: Path, res: RunResult, *, spark_version: Optional[str],
                         .quota_actions.sum())
             for r in ("publish", "deliverable") for c in (False, True)}
     rows = [
+        # A bug of Pulsar's: confirmed, the row is red (bad for the operator).
         Verdict("The article: Pulsar's TTL, counted from publish, expires delayed messages "
                 "before their delivery time",
                 f"{lost_p:,} of {plural(delayed, 'delayed message')} "
                 f"({lost_p / max(delayed, 1):.0%}) expired before delivery under Pulsar's rule",
-                bool(lost_p > 0) if delayed else None),
+                bool(lost_p > 0) if delayed else None,
+                good=(lost_p == 0) if delayed else None),
         Verdict("Counting TTL from the delivery time (ours) expires none early",
                 f"{lost_o:,} of {delayed:,} under our rule", lost_o == 0 if delayed else None),
         Verdict("Redelivering old holes (the compensator) cuts the acknowledgment holes",
@@ -117,16 +119,20 @@ def write_report(out: Path, res: RunResult, *, spark_version: Optional[str],
                 bool(ranges_on < ranges_off) if len(comp[True]) else None),
     ]
     if p0.quota_bytes >= 0:
+        # "Keeps from firing" is zero with it; fewer firings alone is a
+        # different (weaker) claim, stated in the measured text.
+        off, on = acts["deliverable", False], acts["deliverable", True]
         rows.append(Verdict(
             "The compensator keeps the backlog quota on hole bytes from firing",
             f"quota ({fmt_bytes(p0.quota_bytes)}, {p0.quota_policy}) fired "
-            f"{plural(acts['deliverable', False], 'time')} under our rule without the "
-            f"compensator, {acts['deliverable', True]:,} with it; "
-            f"{acts['publish', False]:,} under Pulsar's rule (its TTL throws the delayed "
-            f"messages away)", acts["deliverable", True] < acts["deliverable", False]))
+            f"{plural(off, 'time')} under our rule without the compensator, {on:,} with it"
+            + (f" ({off - on:,} fewer)" if 0 < on < off else "")
+            + f"; {acts['publish', False]:,} under Pulsar's rule (its TTL throws the delayed "
+            f"messages away)" + ("" if off else "; it never fired without the compensator, so "
+                                 "this run cannot tell"), (on == 0) if off else None))
     rows += [
         Verdict(f"The article's lifetime rule ({ARTICLE_RULE}) predicts how long a message "
-                f"lives",
+                f"lives at least as well as {MAX_RULE}",
                 f"it misses the measured lifetimes by {mae_seed:,.1f} min on average (mean "
                 f"absolute error), {MAX_RULE} by {mae_pulsar:,.1f} min: retention counts from "
                 f"the ledger's close, not after TTL", bool(mae_seed <= mae_pulsar)

@@ -7,6 +7,10 @@ ending in one line with exit status 2."""
 
 from __future__ import annotations
 
+import math
+import os
+import threading
+
 import pytest
 
 from pylimiter._cli import run
@@ -16,6 +20,7 @@ from pylimiter.pulsar.balance.generate import GeneratorSpec
 from pylimiter.pulsar.balance.pipeline import PROG, build_parser, main
 from pylimiter.pulsar.balance.source import GeneratedSource
 from tests._helpers import run_module
+from tests.spark.pages import files_beside
 
 # the wheel check installs only pytest and hypothesis: skip, not fail collection
 pd = pytest.importorskip("pandas")
@@ -96,6 +101,122 @@ def test_unknown_or_missing_input(spark, capsys, tmp_path, name, needle):
     assert needle in line
 
 
+@pytest.mark.parametrize("column", ["msg_rate_in", "msg_rate_out", "msg_throughput_in",
+                                    "msg_throughput_out"])
+@pytest.mark.slow
+def test_a_rate_out_of_range_names_its_column_and_row(spark, capsys, tmp_path, column):
+    # 1e308 once passed the checks and overflowed the usage percentages: an
+    # internal ValueError, no column, no row.
+    row = {"step": "1", "topic": "persistent://a/b/t1", "msg_rate_in": "1", "msg_rate_out": "2",
+           "msg_throughput_in": "3", "msg_throughput_out": "4", "producers": "1",
+           "consumers": "1", column: "1e308"}
+    path = tmp_path / "big.csv"
+    path.write_text(GOOD + ",".join(row.values()) + "\n")
+    line = _fail(spark, capsys, ["simulate", "--input", str(path), "--out", str(tmp_path / "o")])
+    assert f"row 3: column {column} is not a number from 0 to 1e+15 (got '1e308')" in line
+    assert "ValueError" not in line
+
+
+@pytest.mark.slow
+def test_the_largest_rate_allowed_runs(spark, tmp_path):
+    from pylimiter.pulsar.balance.source import MAX_RATE
+
+    rows = GOOD.replace(",1,2,3,4,1,1", f",{MAX_RATE:.0f},{MAX_RATE:.0f},{MAX_RATE:.0f},"
+                                        f"{MAX_RATE:.0f},1,1")
+    path = tmp_path / "max.csv"
+    path.write_text(rows)
+    assert main(["simulate", "--input", str(path), "--out", str(tmp_path / "o"), "--no-report",
+                 "--no-progress", "--broker-msg-rate", "1",
+                 "--broker-bandwidth-mbytes", "0.001"], spark=spark) == 0
+    steps = _table(tmp_path / "o", "steps")
+    assert (steps["max_usage"] > 1e10).all() and steps["max_usage"].map(math.isfinite).all()
+
+
+@pytest.mark.slow
+def test_a_csv_with_a_byte_order_mark_is_read(spark, tmp_path):
+    from pylimiter.pulsar.balance.source import check_input, load_input
+
+    plain, bom = tmp_path / "plain.csv", tmp_path / "bom.csv"
+    plain.write_text(GOOD)
+    bom.write_text(GOOD, encoding="utf-8-sig")      # Excel's "CSV UTF-8"
+    assert bom.read_bytes().startswith(b"\xef\xbb\xbfstep,")
+    check_input(bom)
+    got = load_input(spark, bom).toPandas()
+    assert list(got.columns) == list(load_input(spark, plain).columns)
+    assert got.equals(load_input(spark, plain).toPandas())
+    assert main(["simulate", "--input", str(bom), "--out", str(tmp_path / "o"), "--no-report",
+                 "--no-progress"], spark=spark) == 0
+    assert len(_table(tmp_path / "o", "steps")) > 0
+
+
+def _fifo(tmp_path, name="rows.csv"):
+    if not hasattr(os, "mkfifo"):
+        pytest.skip("no FIFOs here")
+    path = tmp_path / name
+    os.mkfifo(path)
+    return path
+
+
+def _at_once(fn, path):
+    """fn(path)'s result or exception, which must come without waiting on
+    the FIFO at ``path``: if it waits, a writer opens the FIFO (again, for
+    Spark's reader too) until it lets go, and the test fails."""
+    result = {}
+
+    def call():
+        try:
+            result["value"] = fn(path)
+        except BaseException as exc:     # noqa: BLE001 - handed to the test thread
+            result["exc"] = exc
+    t = threading.Thread(target=call, daemon=True)
+    t.start()
+    t.join(10)
+    if t.is_alive():
+        for _ in range(600):
+            try:        # only when a reader waits: else ENXIO
+                os.close(os.open(path, os.O_WRONLY | os.O_NONBLOCK))
+            except OSError:
+                pass
+            t.join(0.5)
+            if not t.is_alive():
+                break
+        pytest.fail(f"{fn} waited on the FIFO {path}")
+    return result
+
+
+def _refused_at_once(fn, path):
+    from pylimiter._cli import UsageError
+
+    result = _at_once(fn, path)
+    assert isinstance(result.get("exc"), UsageError), result
+    return str(result["exc"])
+
+
+def test_a_fifo_input_is_refused_at_once(tmp_path):
+    from pylimiter.pulsar.balance.source import check_input
+
+    fifo = _fifo(tmp_path)
+    assert "not a regular file (a FIFO)" in _refused_at_once(check_input, fifo)
+    folder = tmp_path / "folder"
+    folder.mkdir()
+    (folder / "a.csv").write_text(GOOD)
+    os.mkfifo(folder / "b.csv")
+    assert "b.csv: not a regular file (a FIFO)" in _refused_at_once(check_input, folder)
+
+
+@pytest.mark.slow
+def test_a_fifo_input_is_refused_by_the_command_and_load_input(spark, capsys, tmp_path):
+    from pylimiter.pulsar.balance.source import load_input
+
+    fifo = _fifo(tmp_path)
+    argv = ["simulate", "--input", str(fifo), "--out", str(tmp_path / "o")]
+    code = _at_once(lambda p: run(lambda a: main(a, spark=spark), PROG, argv), fifo)["value"]
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and "not a regular file (a FIFO)" in err[0], err
+    msg = _refused_at_once(lambda p: load_input(spark, p), fifo)
+    assert "not a regular file (a FIFO)" in msg
+
+
 @pytest.mark.slow
 def test_option_combinations_that_do_not_fit(spark, capsys, tmp_path):
     line = _fail(spark, capsys, ["simulate", "--split-algorithm", "specified_positions_divide",
@@ -112,7 +233,8 @@ def test_option_combinations_that_do_not_fit(spark, capsys, tmp_path):
 
 @pytest.fixture(scope="module")
 def small_run(spark, tmp_path_factory):
-    out = tmp_path_factory.mktemp("balance")
+    # reports/balance, as `make balance` writes it: the run's index follows
+    out = tmp_path_factory.mktemp("run") / "reports" / "balance"
     assert main(["simulate", *SMALL, "--out", str(out)], spark=spark) == 0
     src = GeneratedSource(spark, GeneratorSpec(topics=5000, namespaces=10, steps=5, seed=1))
     try:
@@ -133,11 +255,17 @@ def test_report_and_tables_are_written(small_run):
         assert f"src='{png}'" in html
     for name in ("steps", "brokers", "decisions", "bundle_loads", "bundles", "ownership",
                  "summary"):
-        assert (out / f"{name}.parquet").is_dir() and (out / f"{name}.csv").is_dir()
+        assert (out / f"{name}.parquet").is_file() and (out / f"{name}.csv").is_file()
     steps = _table(out, "steps")
     assert set(steps["strategy"]) == {"lltmr+shed", "lltmr", "random+shed", "random"}
     assert sorted(steps["step"].unique()) == [0, 1, 2, 3, 4]
     assert (out / "timings.json").exists()
+    names = files_beside(out / "index.html")
+    assert {f"{t}.csv" for t in ("steps", "brokers", "decisions", "summary")} <= set(names)
+    assert "timings.json" in names
+    index = (out.parent / "index.html").read_text()
+    assert "<a href='balance/index.html'>Pulsar bundle load balancing" in index
+    assert "ThresholdShedder reduces the broker-steps above the 85% overload threshold" in index
 
 
 @pytest.mark.slow
@@ -279,6 +407,9 @@ def test_help_documents_every_option():
     (["simulate", "--grace-steps", "2.5"], "must be an integer, not '2.5'"),
     (["simulate", "--weights", "gpu=1"], "expected name=weight pairs"),
     (["simulate", "--split-positions", "0x1ffffffff"], "within 0..0xffffffff"),
+    (["simulate", "--broker-msg-rate", "1e-300"], "--broker-msg-rate must be at least 1"),
+    (["simulate", "--broker-bandwidth-mbytes", "1e-9"],
+     "--broker-bandwidth-mbytes must be at least 0.001"),
     (["simulate", "--out", "/proc/nope/x"], "cannot write to /proc/nope/x"),
     (["simulate", "--master", "spark://127.0.0.1:9"], "does not answer"),
 ])

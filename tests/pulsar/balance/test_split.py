@@ -77,6 +77,74 @@ def test_topic_count_split_needs_two_topics_and_ignores_outsiders():
     assert topic_count_equally_divide(Bundle(100, 200), [100, 100, 150]) is None
 
 
+# A real CRC-32 collision (found once by brute force over "t-<n>" names):
+# two topics, one hash.  Pulsar's getLongHashCode puts both in the same bundle
+# and TopicCountEquallyDivideBundleSplitAlgorithm counts both.
+COLLIDING = ("persistent://public/default/t-29685295", "persistent://public/default/t-32060020")
+COLLIDING_HASH = 0x9F4081E2
+# Topics hashing below and above the collision.
+BELOW = ("persistent://public/default/t-1", "persistent://public/default/t-3")
+ABOVE = ("persistent://public/default/t-0", "persistent://public/default/t-4")
+
+
+def test_the_colliding_pair_really_collides():
+    assert [zlib.crc32(n.encode()) for n in COLLIDING] == [COLLIDING_HASH] * 2
+    assert COLLIDING[0] != COLLIDING[1]
+    assert all(topic_hash(n) < COLLIDING_HASH for n in BELOW)
+    assert all(topic_hash(n) > COLLIDING_HASH for n in ABOVE)
+
+
+def test_topic_count_split_of_two_topics_with_one_hash():
+    # Two topics: Pulsar's list is [h, h], so the boundary is h itself (a
+    # set of hashes saw one topic and did not split).
+    assert split_boundaries("topic_count_equally_divide", FULL, list(COLLIDING)) == \
+        [COLLIDING_HASH]
+    # A name given twice is still one topic; the other name makes two.
+    assert split_boundaries("topic_count_equally_divide", FULL,
+                            [COLLIDING[0], COLLIDING[0], COLLIDING[1]]) == [COLLIDING_HASH]
+    assert split_boundaries("topic_count_equally_divide", FULL,
+                            dict.fromkeys(COLLIDING, TopicStats())) == [COLLIDING_HASH]
+
+
+@pytest.mark.parametrize("others", [
+    (BELOW[0],), (ABOVE[0],), (BELOW[0], ABOVE[0]), BELOW, ABOVE,
+], ids=["below", "above", "around", "two-below", "two-above"])
+def test_topic_count_split_around_a_collision(others):
+    names = [*COLLIDING, *others]
+    got = split_boundaries("topic_count_equally_divide", FULL, names)
+    assert got == [_pulsar_topic_count_boundary(names)]
+    h = sorted(topic_hash(n) for n in names)
+    n = len(h)
+    assert got == [h[max(n // 2 - 1, 0)] + (h[n // 2] - h[max(n // 2 - 1, 0)]) // 2]
+
+
+def test_specified_positions_counts_colliding_topics_as_two():
+    # SpecifiedPositionsBundleSplitAlgorithm refuses one topic, not one hash.
+    assert split_boundaries("specified_positions_divide", FULL, list(COLLIDING),
+                            positions=[5, 10]) == [5, 10]
+    assert split_boundaries("specified_positions_divide", FULL, [COLLIDING[0]] * 2,
+                            positions=[5, 10]) is None
+
+
+def test_topic_names_are_deduplicated_without_their_own_hash_or_eq():
+    class Hostile(str):
+        def __hash__(self):
+            raise RuntimeError("__hash__ says no")
+
+        def __eq__(self, other):
+            raise RuntimeError("__eq__ says no")
+
+        __ne__ = __eq__
+
+    names = [Hostile(COLLIDING[0]), Hostile(COLLIDING[0]), Hostile(COLLIDING[1])]
+    for algorithm in ("topic_count_equally_divide", "specified_positions_divide"):
+        assert split_boundaries(algorithm, FULL, names, positions=[COLLIDING_HASH]) == \
+            [COLLIDING_HASH]
+    assert split_boundaries("topic_count_equally_divide", FULL, names[:2]) is None
+    with pytest.raises(TypeError):
+        split_boundaries("topic_count_equally_divide", FULL, ["a", 7])
+
+
 @settings(max_examples=200, deadline=None)
 @given(st.lists(st.text(min_size=1, max_size=12), min_size=2, max_size=60, unique=True))
 def test_topic_count_split_balances_within_one_topic(names):

@@ -15,13 +15,14 @@ from pylimiter.pulsar.cache.workloads import (
     Trace,
 )
 from tests._helpers import run_module
+from tests.spark.pages import files_beside
 
 from .kit import release_only
 
 
 def _rows(path):
-    (part,) = path.glob("part-*.csv")
-    with part.open() as f:
+    assert path.is_file()               # one CSV file, not a Spark folder
+    with path.open(encoding="utf-8") as f:
         return list(csv.DictReader(f))
 
 
@@ -53,11 +54,14 @@ def test_simulator_end_to_end(spark, tmp_path, capsys):
     assert "class='verdict'" in html and "1. Evicting from the removal queue" in html
     assert "2. Keeping entries with expected reads left" in html
     # the headline in the terminal: the verdict table's rows
-    assert "PIP-430 claim 1. Evicting from the removal queue" in cap.out
+    assert "verdict 1. Evicting from the removal queue" in cap.out
+    assert "verdict 3. PIP-430 does at least as well as every other policy run: catchup" \
+        in cap.out
     assert "20 replays (2 workloads x 5 policies x 2 cache sizes x 1 seed)" in cap.out
     for png in ("hit_rate.png", "storage.png", "scan.png"):
         assert (out / png).stat().st_size > 1000 and png in html
-    assert (out / "runs.parquet").is_dir()
+    assert (out / "runs.parquet").is_file()
+    assert {"runs.csv", "summary.csv", "scan.csv"} <= set(files_beside(out / "index.html"))
 
 
 # ---- the command line ------------------------------------------------------------------------

@@ -10,6 +10,7 @@ import sys
 import pytest
 
 from tests._helpers import needs_pyspark
+from tests.spark.pages import files_beside
 
 
 @needs_pyspark
@@ -62,14 +63,18 @@ def test_simulate_end_to_end(spark, tmp_path, capsys):
             assert r.lost_before_delivery == 0              # never before delivery
         assert r.consumed + r.expired + r.evicted == r.published == 1200
     assert sum(r.lost_before_delivery for r in rows if r.rule == "publish") > 0
-    (part,) = (out / "lifetimes.csv").glob("part-*.csv")
-    with part.open() as f:
+    assert (out / "lifetimes.csv").is_file()      # one CSV file, not a Spark folder
+    with (out / "lifetimes.csv").open(encoding="utf-8") as f:
         fates = {row["fate"] for row in csv.DictReader(f)}
     assert "consumed" in fates
     assert spark.read.parquet(str(out / "series.parquet")).count() > 0
 
     html = (out / "index.html").read_text()
     assert "class='verdict'" in html and "expired before delivery under Pulsar&#x27;s rule" in html
+    assert {"summary.csv", "series.csv", "lifetimes.csv"} <= set(files_beside(out / "index.html"))
+    # Pulsar's TTL losing delayed messages is confirmed: a bad outcome, red.
+    row = html[html.index("The article: Pulsar&#x27;s TTL"):]
+    assert row[:row.index("</tr>")].endswith("<td class='bad'>yes</td>")
     for png in ("delayed_lost.png", "holes.png", "lifetime.png"):
         assert (out / png).stat().st_size > 10_000
         assert f"src='{png}'" in html
