@@ -28,6 +28,7 @@ from __future__ import annotations
 import asyncio
 import mmap
 import os
+import signal
 import struct
 import threading
 import time
@@ -240,6 +241,7 @@ class _Seg:
         self.loop_waiters: dict[asyncio.AbstractEventLoop, set[_Waiter]] = {}
         self.pollers: set[asyncio.AbstractEventLoop] = set()
         self.anon = [0] * self.npools   # permits held by `async with sem:`
+        self.crash = 0                  # tests: die at the crash-th crash point
         self.mm: Optional[mmap.mmap] = None
         self.fd = self.lockfd = -1
         opened = open_segment(name, directory, IMPL_PY, kind, maxes, pool_names(kind),
@@ -283,6 +285,14 @@ class _Seg:
 
     def pool(self, p: int) -> int:
         return self.lay.pool(p)
+
+    def crash_point(self) -> None:
+        """Tests (``_crash_after``): SIGKILL this process at the n-th crash
+        point passed, a place between two stores of a critical section."""
+        if self.crash:
+            self.crash -= 1
+            if not self.crash:
+                os.kill(os.getpid(), signal.SIGKILL)
 
     def slotoff(self, s: int) -> int:
         return self.lay.slot(s)
@@ -661,7 +671,9 @@ class _Seg:
                     if avail < need:
                         return out
                     self.set_i64(base + R_GRANTED, need)     # before the commit
+                    self.crash_point()
                     self.set_u32(base + R_STATE, W_GRANTED)   # the commit
+                    self.crash_point()
                     self.set_i64(pb + P_AVAIL, avail - need)
             else:
                 if need - avail > MAX_ACQUIRED:
@@ -669,6 +681,7 @@ class _Seg:
                 self.set_i64(base + R_GRANTED, need)
                 self.set_u32(base + R_STATE, W_GRANTED)
                 self.set_i64(pb + P_AVAIL, avail - need)
+            self.crash_point()
             try:
                 self.unlink_rec(p, h)
             except _Corrupt:
@@ -726,6 +739,7 @@ class _Seg:
             for p in range(self.npools):
                 h = self.i64(sb + S_HELD + 8 * p)
                 self.set_i64(sb + S_HELD + 8 * p, 0)
+                self.crash_point()
                 if 0 < h <= MAX_ACQUIRED:
                     self.add_i64(self.pool(p) + P_AVAIL, h)
             # Grants made to us and not yet collected go back too.
@@ -1117,6 +1131,17 @@ class SharedSemaphore:
         with 0, this one included (after a sweep for dead ones)."""
         return {pid: held[self._p] for pid, held in _holders(self._s()).items()}
 
+    def _audit(self) -> dict[str, int]:
+        """Tests: the books of this pool, read in one critical section after
+        a sweep: ``acquired`` (from the available count) must equal ``held``
+        (by live processes) + ``granted`` (decided, not yet collected), and
+        ``qlen`` the ``queued`` records and the ``linked`` ones."""
+        return _audit(self._s(), self._p)
+
+    def _crash_after(self, n: int) -> None:
+        """Tests: SIGKILL this process at the n-th crash point it passes."""
+        self._s().crash = n
+
     # ---- the algorithm --------------------------------------------------------
 
     def _check_permit(self, permit: object) -> SharedSemaphorePermit:
@@ -1133,6 +1158,7 @@ class SharedSemaphore:
     def _take_locked(self, seg: _Seg, need: int) -> None:
         pb = self._pb
         seg.add_i64(pb + P_AVAIL, -need)
+        seg.crash_point()
         sb = seg.slotoff(seg.slot) + S_HELD + 8 * self._p
         seg.set_i64(sb, seg.i64(sb) + need)
         seg.record_grant(self._p, 0)
@@ -1155,6 +1181,7 @@ class SharedSemaphore:
         held = seg.i64(sb)
         n = min(n, max(held, 0))   # never more than the segment says we hold
         seg.set_i64(sb, held - n)
+        seg.crash_point()
         if pending is not None and not pending.removed:
             base = seg.rec(pending.rec)
             if (seg.u32(base + R_TICKET) == pending.ticket
@@ -1289,6 +1316,7 @@ class SharedSemaphore:
             seg.set_i64(base + R_LIMIT, 0)
             _U64.pack_into(seg.mm, base + R_SEQ, seq)   # type: ignore[arg-type]
             seg.set_i64(base + R_ENQ_NS, _monotonic_ns())
+            seg.crash_point()
             try:
                 seg.link_tail(p, r)
             except _Corrupt:
@@ -1334,6 +1362,7 @@ class SharedSemaphore:
                 return []
             sb = seg.slotoff(seg.slot) + S_HELD + 8 * self._p
             seg.set_i64(sb, seg.i64(sb) + g)
+            seg.crash_point()
             permit._permits += g
             w.granted = g
         elif st == W_TOO_LARGE:
@@ -1569,6 +1598,7 @@ class SharedSemaphore:
         def set_max() -> list[int]:
             old = seg.i64(pb + P_MAX)
             seg.set_i64(pb + P_MAX, m)   # the fact; avail follows
+            seg.crash_point()
             seg.add_i64(pb + P_AVAIL, max(0, m) - max(0, old))
             return seg.process_locked(self._p)
 
@@ -1638,6 +1668,36 @@ def _poll(seg: _Seg, loop: asyncio.AbstractEventLoop) -> None:
         except SharedLimiterError:
             pass
     loop.call_later(POLL_S, _poll, seg, loop)
+
+
+def _audit(seg: _Seg, p: int) -> dict[str, int]:
+    if seg.closed:
+        raise closed_error()
+    seg.wake(seg.run_locked(seg.sweep_locked, True))
+
+    def read() -> dict[str, int]:
+        held = granted = queued = linked = 0
+        for s in range(seg.maxp):
+            base = seg.slotoff(s)
+            if seg.u32(base + S_STATE) == SLOT_LIVE:
+                held += seg.i64(base + S_HELD + 8 * p)
+        for r in range(min(seg.u32(H_BUMP), seg.nrec)):
+            base = seg.rec(r)
+            if seg.u32(base + R_POOL) != p:
+                continue
+            st = seg.u32(base + R_STATE)
+            if st == W_GRANTED:
+                granted += seg.i64(base + R_GRANTED)
+            elif st == W_QUEUED:
+                queued += 1
+        r = seg.u32(seg.pool(p) + P_HEAD)
+        while r != NIL and linked <= seg.nrec:
+            linked += 1
+            r = seg.u32(seg.rec(r) + R_NEXT)
+        return {"acquired": seg.acquired(p), "held": held, "granted": granted,
+                "qlen": seg.i64(seg.pool(p) + P_QLEN), "queued": queued, "linked": linked}
+
+    return seg.run_locked(read)
 
 
 def _holders(seg: _Seg) -> dict[int, list[int]]:
