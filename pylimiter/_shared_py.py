@@ -238,7 +238,7 @@ class _Seg:
         self.reg: object = object()    # this registration; permits carry it
         self.tlock = threading.Lock()  # threads of this process, before the file lock
         self.waiters: dict[int, _Waiter] = {}
-        self.loop_waiters: dict[asyncio.AbstractEventLoop, set[_Waiter]] = {}
+        self.loop_waiters: dict[asyncio.AbstractEventLoop, dict[_Waiter, None]] = {}
         self.pollers: set[asyncio.AbstractEventLoop] = set()
         self.anon = [0] * self.npools   # permits held by `async with sem:`
         self.crash = 0                  # tests: die at the crash-th crash point
@@ -715,9 +715,11 @@ class _Seg:
         holds goes back, its slot is freed, then its slot lock."""
         if self.closed:
             return
+        # Closed first: a waiter of this process that sees its record leave
+        # must read "closed", not "lost".
+        self.closed = True
         if self.forked:
             # A child that never registered: nothing of it is in the segment.
-            self.closed = True
             self._drop_fds()
             untrack_fork(self)
             return
@@ -763,7 +765,6 @@ class _Seg:
             return decided
 
         decided = self.run_locked(detach)
-        self.closed = True
         waiters = list(self.waiters.values())
         self.waiters = {}
         for w in waiters:
@@ -1422,6 +1423,8 @@ class SharedSemaphore:
         if not w.removed and not seg.closed:
             seg.wake(seg.run_locked(self._collect, w))
         st = w.state
+        if st == W_QUEUED and seg.closed:
+            st = W_CLOSED   # woken by this process's close()
         if st == W_GRANTED:
             if w.check is not None:
                 cancelled, cause = ask_cancelled(w.check)
@@ -1464,7 +1467,7 @@ class SharedSemaphore:
         assert loop is not None
         if timeout is not None:
             w.timer = loop.call_later(min(timeout, MAX_TIMEOUT_S), self._on_timeout, w)
-        seg.loop_waiters.setdefault(loop, set()).add(w)
+        seg.loop_waiters.setdefault(loop, {})[w] = None   # FIFO order
         self._ensure_poller(loop)
         try:
             while not w.removed and not seg.closed and seg.peek(w) == W_QUEUED:
@@ -1481,7 +1484,7 @@ class SharedSemaphore:
                 w.timer.cancel()
             ws = seg.loop_waiters.get(loop)
             if ws is not None:
-                ws.discard(w)
+                ws.pop(w, None)
         return self._finish(w, timeout)
 
     def _on_timeout(self, w: _Waiter) -> None:
