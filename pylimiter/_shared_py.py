@@ -138,7 +138,6 @@ from ._shared_common import (
     check_settings,
     lock_open_byte,
     ofd_held,
-    ofd_lock,
     ofd_trylock,
     ofd_unlock,
     open_segment,
@@ -242,6 +241,7 @@ class _Seg:
         self.pollers: set[asyncio.AbstractEventLoop] = set()
         self.anon = [0] * self.npools   # permits held by `async with sem:`
         self.crash = 0                  # tests: die at the crash-th crash point
+        self.lock_timeout = 10.0        # s: the bound on a live holder of the lock
         self.mm: Optional[mmap.mmap] = None
         self.fd = self.lockfd = -1
         opened = open_segment(name, directory, IMPL_PY, kind, maxes, pool_names(kind),
@@ -308,7 +308,8 @@ class _Seg:
         died (or was interrupted) inside its section: repair first."""
         self.tlock.acquire()
         try:
-            ofd_lock(self.lockfd, MUTEX_BYTE)
+            if not ofd_trylock(self.lockfd, MUTEX_BYTE):
+                self._lock_slow()
         except BaseException:
             self.tlock.release()
             raise
@@ -320,6 +321,20 @@ class _Seg:
         except BaseException:
             self.unlock(clean=False)
             raise
+
+    def _lock_slow(self) -> None:
+        """Wait for the file lock, polling (a dead holder's lock is dropped
+        by the kernel; a live one that keeps it past lock_timeout, stopped
+        or stuck, makes this fail instead of hang)."""
+        deadline = time.monotonic() + self.lock_timeout
+        delay = 0.00005
+        while not ofd_trylock(self.lockfd, MUTEX_BYTE):
+            if time.monotonic() > deadline:
+                raise shared_error(self.path, "the segment lock is held by a live process "
+                                              "that does not release it (stopped, or "
+                                              "hostile)")
+            time.sleep(delay)
+            delay = min(delay * 2, 0.002)
 
     def unlock(self, clean: bool = True) -> None:
         """Leave it; ``clean=False`` (interrupted midway) leaves the dirty
@@ -1142,6 +1157,10 @@ class SharedSemaphore:
     def _crash_after(self, n: int) -> None:
         """Tests: SIGKILL this process at the n-th crash point it passes."""
         self._s().crash = n
+
+    def _set_lock_timeout(self, seconds: float) -> None:
+        """Tests: the bound on waiting for a live holder of the host's lock."""
+        self._s().lock_timeout = seconds
 
     # ---- the algorithm --------------------------------------------------------
 

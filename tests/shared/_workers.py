@@ -23,6 +23,17 @@ def open_sem(tag, name, directory, kwargs):
     return module(tag).SharedSemaphore(name, directory=directory, **kwargs)
 
 
+def log_line(path, line):
+    """Append a line to a log file, synchronously: a multiprocessing.Queue
+    would not do (each process's feeder thread writes when it gets to it, so
+    the order of puts from several processes is lost)."""
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+    try:
+        os.write(fd, (line + "\n").encode())
+    finally:
+        os.close(fd)
+
+
 def _guard(fn):
     """A child body: any exception prints its traceback and exits 1.
     (multiprocessing's bootstrap then flushes the queues and leaves by
@@ -75,16 +86,17 @@ def wait_one(tag, name, directory, kwargs, n, how, timeout, events):
 
 @_guard
 def fifo_member(tag, name, directory, kwargs, ident, how, log):
-    """Join the queue for 1 permit; when granted, log ident, then release."""
+    """Join the queue for 1 permit; when granted, log ident (a line of the
+    file `log`), then release."""
     sem = open_sem(tag, name, directory, kwargs)
     if how == "thread":
         p = sem.acquire_blocking(1, timeout=60)
-        log.put(ident)
+        log_line(log, ident)
         sem.release(p)
     else:
         async def main():
             async with sem.acquire(1, timeout=60):
-                log.put(ident)
+                log_line(log, ident)
         asyncio.run(main())
     sem.close()
 
@@ -102,12 +114,12 @@ def fifo_group(tag, name, directory, kwargs, idents, log, ready):
 
     def thread_req(ident):
         p = sem.acquire_blocking(1, timeout=60)
-        log.put(ident)
+        log_line(log, ident)
         sem.release(p)
 
     async def task_req(ident):
         p = await sem.acquire(1, timeout=60)
-        log.put(ident)
+        log_line(log, ident)
         sem.release(p)
 
     for i, ident in enumerate(idents):

@@ -214,3 +214,54 @@ def test_a_fuzzer_against_working_processes(impl, shm, name, shm_dir, children):
 @pytest.mark.slow
 def test_a_fuzzer_against_working_processes_long(impl, shm, name, shm_dir, children):
     _fuzz_processes(impl, shm, name, shm_dir, children, nvictims=4, seconds=6.0, rate=2000)
+
+
+def test_a_lock_held_by_a_live_process_is_an_error_not_a_hang(impl, shm, name):
+    """A process that keeps the host's lock (stopped, or hostile bytes that
+    name a live process as its holder) makes operations fail after the
+    bound, never hang."""
+    import fcntl
+    import time
+    sem = shm.SharedSemaphore(name, 5)
+    fd = os.open(sem.path, os.O_RDWR)
+    try:
+        sem._set_lock_timeout(0.2)
+        if impl.is_pure_python:
+            # Another file description takes the twin's lock byte and keeps it.
+            fcntl.fcntl(fd, fcntl.F_OFD_SETLK,
+                        struct.pack("hhxxxxqqixxxx", fcntl.F_WRLCK, 0, sc.MUTEX_BYTE, 1, 0))
+        else:
+            # The C twin's lock word names slot 0, which is alive (ours).
+            os.pwrite(fd, struct.pack("<I", 1), sc.H_MUTEX)
+        t0 = time.monotonic()
+        with pytest.raises(shm.SharedLimiterError, match="held by a live process"):
+            sem.acquire_blocking(1)
+        assert time.monotonic() - t0 < 10
+        if impl.is_pure_python:
+            fcntl.fcntl(fd, fcntl.F_OFD_SETLK,
+                        struct.pack("hhxxxxqqixxxx", fcntl.F_UNLCK, 0, sc.MUTEX_BYTE, 1, 0))
+        else:
+            os.pwrite(fd, struct.pack("<I", 0), sc.H_MUTEX)
+        p = sem.acquire_blocking(1)
+        sem.release(p)
+    finally:
+        os.close(fd)
+        sem.close()
+
+
+def test_a_lock_word_naming_a_dead_or_unknown_holder_is_taken_over(impl, shm, name):
+    if impl.is_pure_python:
+        pytest.skip("the pure twin's lock is a kernel lock: a dead holder's is dropped")
+    sem = shm.SharedSemaphore(name, 5, max_processes=4)
+    fd = os.open(sem.path, os.O_RDWR)
+    try:
+        held = sem.acquire_blocking(2)
+        for word in (3, 0xFFFF, 0x7FFF0000 | 4, 0x80000000 | 2):   # free slots, garbage
+            os.pwrite(fd, struct.pack("<I", word), sc.H_MUTEX)
+            p = sem.acquire_blocking(1, timeout=5)
+            sem.release(p)
+            assert sem.acquired_permits == 2
+        sem.release(held)
+    finally:
+        os.close(fd)
+        sem.close()
