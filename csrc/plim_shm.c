@@ -1084,20 +1084,20 @@ int plim_shm_collect_locked(plim_shm_t *h, uint32_t r, uint32_t ticket, int *sta
         return PLIM_SHM_GONE;
     *state = (int)st;
     *granted = 0;
+    int64_t g = LD(R->granted);
+    if (st == PLIM_SHM_R_TOO_LARGE)
+        *limit = LD(R->limit);
+    /* The record first, then held: between the two stores the grant is
+     * counted by neither (a death there drops held anyway), never by both. */
+    free_locked(h, r);
     if (st == PLIM_SHM_R_GRANTED) {
-        int64_t g = LD(R->granted);
-        if (!in_permits(g)) {
-            free_locked(h, r);
+        if (!in_permits(g))
             return PLIM_SHM_GONE;
-        }
+        CRASH(h);
         plim_shm_slot_t *S = slot_at(h, (uint32_t)h->slot);
         ST(S->held[p], sat_add(LD(S->held[p]), g));
-        CRASH(h);
         *granted = g;
-    } else if (st == PLIM_SHM_R_TOO_LARGE) {
-        *limit = LD(R->limit);
     }
-    free_locked(h, r);
     return PLIM_SHM_OK;
 }
 

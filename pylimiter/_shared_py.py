@@ -1374,20 +1374,21 @@ class SharedSemaphore:
         if st == W_QUEUED:
             raise AssertionError("collect of a queued request")   # pragma: no cover
         w.state = st
+        g = seg.i64(base + R_GRANTED)
+        if st == W_TOO_LARGE:
+            w.limit = seg.i64(base + R_LIMIT)
+        # The record first, then held: between the two stores the grant is
+        # counted by neither (a death there drops held anyway), never by both.
+        seg.free_locked(w.rec)
         if st == W_GRANTED:
-            g = seg.i64(base + R_GRANTED)
             if not 0 <= g <= MAX_PERMITS:
                 w.state = -1
-                seg.free_locked(w.rec)
                 return []
+            seg.crash_point()
             sb = seg.slotoff(seg.slot) + S_HELD + 8 * self._p
             seg.set_i64(sb, seg.i64(sb) + g)
-            seg.crash_point()
             permit._permits += g
             w.granted = g
-        elif st == W_TOO_LARGE:
-            w.limit = seg.i64(base + R_LIMIT)
-        seg.free_locked(w.rec)
         return []
 
     def _abandon(self, w: _Waiter, timed_out: bool) -> None:
