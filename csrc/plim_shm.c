@@ -459,7 +459,7 @@ static void repair_locked(plim_shm_t *h, int32_t exclude)
         uint32_t owner = LD(R->owner), p = LD(R->pool);
         int64_t g = LD(R->granted);
         int ok = st >= PLIM_SHM_R_QUEUED && st <= PLIM_SHM_R_REMOVED && owner < h->maxp &&
-                 ((alive[owner >> 3] >> (owner & 7)) & 1u) &&
+                 (((unsigned)alive[owner >> 3] >> (owner & 7u)) & 1u) &&
                  LD(R->owner_gen) == LD(slot_at(h, owner)->gen) && p < h->npools &&
                  in_permits(LD(R->need)) && in_permits(LD(R->total)) && in_permits(g);
         if (!ok) {
@@ -612,7 +612,11 @@ int plim_shm_lock(plim_shm_t *h)
         if (cur == 0)
             continue;
         uint32_t field = cur & 0xFFFFu;
-        if (field == 0 || field - 1 >= h->maxp || !slot_alive(h, field - 1)) {
+        /* Our own slot number with another generation: a previous holder
+         * of our slot, which died holding the lock (we registered in its
+         * place), not another thread of ours. */
+        int stale = (int32_t)(field - 1) == h->slot && (cur & ~MU_WAITERS) != id;
+        if (field == 0 || field - 1 >= h->maxp || stale || !slot_alive(h, field - 1)) {
             /* Dead holder (or garbage): take the word over from exactly the
              * value we judged, then repair what it may have left half done. */
             if (atomic_compare_exchange_strong_explicit(mu, &cur, id | MU_WAITERS,

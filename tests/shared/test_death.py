@@ -220,3 +220,29 @@ def test_random_kills(impl, shm, name, shm_dir, children):
 @pytest.mark.slow
 def test_200_random_kills(impl, shm, name, shm_dir, children):
     _random_kills(impl, shm, name, shm_dir, children, kills=200, nworkers=4, seed=2)
+
+
+def test_a_new_open_takes_the_lock_over_from_the_dead_holder_of_its_slot(impl, shm, name,
+                                                                          shm_dir, children):
+    """A process dies holding the host's lock; the next process to open
+    registers in the dead one's slot, so the lock word names that slot: it
+    is a dead holder (another generation), not another thread of ours."""
+    ctx = multiprocessing.get_context("fork")
+    events, go = ctx.Queue(), ctx.Event()
+    first = shm.SharedSemaphore(name, 3)   # keeps the segment alive (no re-init)
+    try:
+        child = children.start("fork", _workers.crash_at, impl.tag, name, shm_dir,
+                               {"max_permits": 3}, "acquire", 1, events, go)
+        assert get(events) == ("ready", child.pid)
+        go.set()
+        child.join(30)
+        assert child.exitcode == -signal.SIGKILL
+        second = shm.SharedSemaphore(name, 3)   # registers in the dead child's slot
+        try:
+            assert second.holders() == {os.getpid(): 0}
+            assert second.acquired_permits == 0
+            books(second)
+        finally:
+            second.close()
+    finally:
+        first.close()
