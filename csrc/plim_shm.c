@@ -126,6 +126,7 @@
 #define _GNU_SOURCE
 #endif
 #include "plim_shm.h"
+#include "plim_shm_fast.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -171,18 +172,12 @@ _Static_assert(sizeof(_Atomic uint64_t) == 8 && sizeof(_Atomic uint32_t) == 4, "
 #define LD(x) atomic_load_explicit(&(x), memory_order_relaxed)
 #define ST(x, v) atomic_store_explicit(&(x), (v), memory_order_relaxed)
 
-#define MU_WAITERS 0x80000000u
+#define MU_WAITERS PLIM_SHM_MU_WAITERS
 #define SWEEP_NS 250000000LL   /* a sweep at most this often, host-wide */
 #define SPIN_NS 2000000LL      /* a lock waiter checks the holder this often */
 #define MAX_REPAIRS 3
 
-/* Tests (`_crash_after`): SIGKILL this process at the n-th crash point, a
- * place between two stores of a critical section. */
-#define CRASH(h)                                                         \
-    do {                                                                 \
-        if (UNLIKELY((h)->crash) && --(h)->crash == 0)                   \
-            kill(getpid(), SIGKILL);                                     \
-    } while (0)
+#define CRASH PLIM_SHM_CRASH
 
 static const int64_t BOUNDS_NS[PLIM_SHM_NBUCKETS] = {
     100000LL, 1000000LL, 5000000LL, 10000000LL, 25000000LL, 50000000LL,
@@ -200,21 +195,8 @@ int64_t plim_shm_now_ns(void)
     return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
 }
 
-static int64_t sat_add(int64_t a, int64_t b)
-{
-    int64_t r;
-    if (__builtin_add_overflow(a, b, &r))
-        return b > 0 ? INT64_MAX : INT64_MIN;
-    return r;
-}
-
-static int64_t sat_sub(int64_t a, int64_t b)
-{
-    int64_t r;
-    if (__builtin_sub_overflow(a, b, &r))
-        return b < 0 ? INT64_MAX : INT64_MIN;
-    return r;
-}
+#define sat_add plim_shm_sat_add
+#define sat_sub plim_shm_sat_sub
 
 static int64_t clamp_permits(int64_t v)
 {
@@ -226,22 +208,19 @@ static int in_permits(int64_t v)
     return v >= 0 && v <= MAXP;
 }
 
-static plim_shm_header_t *hdr(plim_shm_t *h)
-{
-    return (plim_shm_header_t *)(void *)h->base;
-}
+#define hdr plim_shm_hdr
 
 /* pool/slot/rec: the index must have been checked against the handle. */
 static plim_shm_pool_t *pool_at(plim_shm_t *h, uint32_t p)
 {
     PLIM_SHM_ASSERT(p < h->npools);
-    return (plim_shm_pool_t *)(void *)(h->base + h->off_pools + (size_t)p * sizeof(plim_shm_pool_t));
+    return plim_shm_pool_at(h, p);
 }
 
 static plim_shm_slot_t *slot_at(plim_shm_t *h, uint32_t s)
 {
     PLIM_SHM_ASSERT(s < h->maxp);
-    return (plim_shm_slot_t *)(void *)(h->base + h->off_slots + (size_t)s * sizeof(plim_shm_slot_t));
+    return plim_shm_slot_at(h, s);
 }
 
 static plim_shm_rec_t *rec_at(plim_shm_t *h, uint32_t r)
@@ -295,10 +274,7 @@ static int slot_alive(plim_shm_t *h, uint32_t s)
     return fl.l_type != F_UNLCK;
 }
 
-static uint32_t mu_id(plim_shm_t *h)
-{
-    return ((uint32_t)(h->slot + 1) & 0xFFFFu) | ((h->gen & 0x7FFFu) << 16);
-}
+#define mu_id plim_shm_mu_id
 
 /* ======================================================================== */
 /*  wake-ups                                                                */
@@ -561,11 +537,12 @@ static int fix(plim_shm_t *h, int *repairs)
 
 int plim_shm_trylock(plim_shm_t *h)
 {
-    uint32_t z = 0;
-    /* acquire: the holder sees everything the previous holder wrote. */
-    return atomic_compare_exchange_strong_explicit(&hdr(h)->mutex, &z, mu_id(h),
-                                                   memory_order_acquire,
-                                                   memory_order_relaxed);
+    return plim_shm_trylock_inline(h);
+}
+
+void plim_shm_wake_lock(plim_shm_t *h)
+{
+    futex_wake(&hdr(h)->mutex, 1);
 }
 
 int plim_shm_lock(plim_shm_t *h)
@@ -985,20 +962,7 @@ static int process_locked(plim_shm_t *h, uint32_t p, int may_repair)
 
 int plim_shm_take_locked(plim_shm_t *h, uint32_t p, int64_t n)
 {
-    plim_shm_pool_t *P = pool_at(h, p);
-    int64_t m = LD(P->max), avail = LD(P->avail);
-    if (m > 0) {
-        if (n != 0 && (LD(P->qlen) != 0 || LD(P->head) != PLIM_SHM_NIL || avail < n))
-            return PLIM_SHM_EMPTY;   /* S3: nobody barges */
-    } else if (sat_sub(n, avail) > MAXP) {
-        return PLIM_SHM_OVERFLOW;
-    }
-    ST(P->avail, sat_sub(avail, n));
-    CRASH(h);
-    plim_shm_slot_t *S = slot_at(h, (uint32_t)h->slot);
-    ST(S->held[p], sat_add(LD(S->held[p]), n));
-    record_grant(h, p, 0);
-    return PLIM_SHM_OK;
+    return plim_shm_take_inline(h, p, n);
 }
 
 int plim_shm_enqueue_locked(plim_shm_t *h, uint32_t p, int64_t need, int64_t total,
@@ -1331,11 +1295,34 @@ int plim_shm_wait_rec(plim_shm_t *h, uint32_t r, uint32_t ticket, int64_t deadli
         long rc = futex_wait(&R->state, PLIM_SHM_R_QUEUED, slice);
         if (rc != 0 && errno == EINTR)
             return PLIM_SHM_INTR;
-        if (plim_shm_sweep_due(h)) {
+        /* Woken: read the record first (the hand-off's latency); sweep for
+         * dead processes only when a slice ran out unwoken. */
+        if (rc != 0 && errno == ETIMEDOUT && plim_shm_sweep_due(h)) {
             int s = sweep_now(h);
             if (s != PLIM_SHM_OK)
                 return s;
         }
+    }
+}
+
+int plim_shm_wait_collect(plim_shm_t *h, uint32_t r, uint32_t ticket, int64_t deadline_ns,
+                          int *state, int64_t *granted, int64_t *limit)
+{
+    for (;;) {
+        int st = plim_shm_wait_rec(h, r, ticket, deadline_ns);
+        if (st != PLIM_SHM_DECIDED)
+            return st;
+        /* Collect before going back to the caller: one critical section
+         * more without the GIL, none with it. */
+        if (!plim_shm_trylock_inline(h)) {
+            st = plim_shm_lock(h);
+            if (st != PLIM_SHM_OK)
+                return st;
+        }
+        st = plim_shm_collect_locked(h, r, ticket, state, granted, limit);
+        plim_shm_unlock(h);
+        if (st != PLIM_SHM_QUEUED)   /* QUEUED: hostile bytes put it back */
+            return st == PLIM_SHM_OK ? PLIM_SHM_DECIDED : st;
     }
 }
 

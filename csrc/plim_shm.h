@@ -264,6 +264,11 @@ int plim_shm_audit_locked(plim_shm_t *h, uint32_t p, int64_t out[6]);
  * dead processes every 250 ms meanwhile.  DECIDED / TIMEDOUT / INTR /
  * STUCK / CORRUPT. */
 int plim_shm_wait_rec(plim_shm_t *h, uint32_t rec, uint32_t ticket, int64_t deadline_ns);
+/* wait_collect: wait_rec, then collect (plim_shm_collect_locked) under the
+ * host's lock, all without the GIL.  DECIDED (*state, *granted, *limit
+ * set), GONE, or wait_rec's other statuses. */
+int plim_shm_wait_collect(plim_shm_t *h, uint32_t rec, uint32_t ticket, int64_t deadline_ns,
+                          int *state, int64_t *granted, int64_t *limit);
 
 /* The asyncio side: loop bits with an eventfd each, written by the waker
  * thread (decisions by other processes) and by plim_shm_unlock (ours). */

@@ -130,14 +130,25 @@ cdef extern from "plim_shm.h" nogil:
     int plim_shm_holders_locked(plim_shm_t *h, int32_t *pids, int64_t *held)
     int plim_shm_audit_locked(plim_shm_t *h, uint32_t p, int64_t out[6])
     int plim_shm_wait_rec(plim_shm_t *h, uint32_t rec, uint32_t ticket, int64_t deadline_ns)
+    int plim_shm_wait_collect(plim_shm_t *h, uint32_t rec, uint32_t ticket, int64_t deadline_ns,
+                              int *state, int64_t *granted, int64_t *limit)
     int plim_shm_loop_add(plim_shm_t *h, int bit)
     void plim_shm_loop_remove(plim_shm_t *h, int bit)
     int plim_shm_waker_start(plim_shm_t *h)
     void plim_shm_waker_stop(plim_shm_t *h)
     int64_t plim_shm_now_ns()
 
+# The uncontended paths, inline (csrc/plim_shm_fast.h).
+cdef extern from "plim_shm_fast.h" nogil:
+    int plim_shm_trylock_inline(plim_shm_t *h)
+    void plim_shm_unlock_inline(plim_shm_t *h)
+    int plim_shm_take_inline(plim_shm_t *h, uint32_t p, int64_t n)
+    int plim_shm_give_back_inline(plim_shm_t *h, uint32_t p, int64_t n)
+    int64_t plim_shm_max_inline(plim_shm_t *h, uint32_t p)
+
 cdef extern from "Python.h":
     int PyErr_CheckSignals() except -1
+    long long PyLong_AsLongLongAndOverflow(object o, int *overflow) except? -1
 
 # The waiter states are the project's (plim.h, _common.W_*).
 assert (contract.W_IDLE, contract.W_QUEUED, contract.W_GRANTED, contract.W_CLOSED,
@@ -165,6 +176,17 @@ cdef class _Ready:
 
 
 cdef _Ready _READY = _Ready()
+
+
+# Registration numbers: a permit carries its attachment's, so one taken
+# before a fork (or by another attachment) is told apart without an object.
+cdef int64_t _next_reg = 0
+
+
+cdef inline int64_t _new_reg() noexcept:
+    global _next_reg
+    _next_reg += 1
+    return _next_reg
 
 
 cdef object _error(_Seg seg, int st):
@@ -217,12 +239,15 @@ cdef class _LoopWake:
                 w.resolve()
 
     def shutdown(self):
-        """On the loop's thread: stop reading, close the eventfd."""
+        """On the loop's thread: stop reading, close the eventfd (unless a
+        new loop took its bit meanwhile)."""
         try:
-            self.loop.remove_reader(self.fd)
+            if not self.loop.is_closed():
+                self.loop.remove_reader(self.fd)
         except Exception:
             pass
-        plim_shm_loop_remove(&self.seg.h, self.bit)
+        if not any((<_LoopWake>x).bit == self.bit for x in self.seg.loops.values()):
+            plim_shm_loop_remove(&self.seg.h, self.bit)
 
 
 @cython.final
@@ -231,7 +256,6 @@ cdef class _Waiter:
 
     cdef uint32_t rec
     cdef uint32_t ticket
-    cdef SharedSemaphorePermit permit
     cdef int64_t n
     cdef object check
     cdef object loop
@@ -262,7 +286,7 @@ cdef class _Seg:
     cdef bint mapped
     cdef readonly bint closed
     cdef bint forked
-    cdef object reg
+    cdef int64_t reg
     cdef dict waiters
     cdef dict loops
     cdef int64_t anon[2]
@@ -276,7 +300,7 @@ cdef class _Seg:
         self.h.lockfd = -1
         self.waiters = {}
         self.loops = {}
-        self.reg = object()
+        self.reg = _new_reg()
 
     cdef open(self, str name, int kind, tuple maxes, int64_t max_queue, int max_processes,
               directory):
@@ -314,7 +338,7 @@ cdef class _Seg:
             st = plim_shm_register(&self.h, pid)
         if st != PLIM_SHM_OK:
             raise _error(self, st)
-        self.reg = object()
+        self.reg = _new_reg()
 
     cdef int ensure(self) except -1:
         """A forked child registers at its first call (issue 33, point 7)."""
@@ -344,13 +368,13 @@ cdef class _Seg:
         self.waiters = {}
         self.loops = {}
         self.anon[0] = self.anon[1] = 0
-        self.reg = object()
+        self.reg = _new_reg()
         if not self.closed:
             self.forked = True
 
     cdef inline int lock(self) except -1:
         cdef int st
-        if plim_shm_trylock(&self.h):
+        if plim_shm_trylock_inline(&self.h):
             return 0
         with nogil:
             st = plim_shm_lock(&self.h)
@@ -359,7 +383,7 @@ cdef class _Seg:
         return 0
 
     cdef inline void unlock(self) noexcept:
-        plim_shm_unlock(&self.h)
+        plim_shm_unlock_inline(&self.h)
 
     cdef inline int peek(self, _Waiter w) noexcept:
         return plim_shm_peek(&self.h, w.rec, w.ticket)
@@ -373,22 +397,29 @@ cdef class _Seg:
         return 0
 
     cdef _LoopWake loop_wake(self, loop):
-        """The loop's eventfd reader, made on first use; the waker thread
-        runs while any loop of this attachment waits."""
+        """The loop's eventfd reader, made on first use and kept while the
+        loop lives (a wait registers nothing); the waker thread runs from
+        the first one on.  At most 64 loops of this process at once: an
+        idle or closed one gives its place up."""
         cdef _LoopWake lw = self.loops.get(loop)
         cdef int bit, st
         if lw is not None:
             return lw
+        if len(self.loops) >= PLIM_SHM_NLOOPS:
+            # Only what can be undone here and now: a closed loop, or an
+            # idle one running in this thread (its bit may be reused at once).
+            for x in list(self.loops.values()):
+                if (<_LoopWake>x).loop.is_closed() or (
+                        not (<_LoopWake>x).waiters and _get_running_loop() is (<_LoopWake>x).loop):
+                    self.drop_loop(<_LoopWake>x)
+            if len(self.loops) >= PLIM_SHM_NLOOPS:
+                raise RuntimeError(
+                    f"pylimiter: more than {PLIM_SHM_NLOOPS} event loops of this process "
+                    "wait on one shared semaphore at once")
         used = {(<_LoopWake>x).bit for x in self.loops.values()}
-        bit = 63
-        for b in range(63):
-            if b not in used:
-                bit = b
-                break
-        if bit == 63:
-            for x in self.loops.values():
-                if (<_LoopWake>x).bit == 63:
-                    return <_LoopWake>x   # beyond 63 loops: they share bit 63
+        bit = 0
+        while bit in used:
+            bit += 1
         lw = _LoopWake.__new__(_LoopWake)
         lw.seg = self
         lw.loop = loop
@@ -410,11 +441,16 @@ cdef class _Seg:
         self.loops[loop] = lw
         return lw
 
-    cdef drop_loop_if_idle(self, _LoopWake lw):
-        if lw.waiters or self.loops.get(lw.loop) is not lw:
-            return
-        del self.loops[lw.loop]
-        lw.shutdown()
+    cdef drop_loop(self, _LoopWake lw):
+        if self.loops.get(lw.loop) is lw:
+            del self.loops[lw.loop]
+        try:
+            if lw.loop.is_closed() or _get_running_loop() is lw.loop:
+                lw.shutdown()
+            else:
+                lw.loop.call_soon_threadsafe(lw.shutdown)
+        except RuntimeError:   # closed meanwhile
+            plim_shm_loop_remove(&self.h, lw.bit)
 
     cdef close(self):
         """Detach: this process's queued requests fail (closed), what it
@@ -449,16 +485,8 @@ cdef class _Seg:
                     w.loop.call_soon_threadsafe(_resolve_waiter, w)
                 except RuntimeError:
                     pass
-        loops = list(self.loops.values())
-        self.loops = {}
-        for lw in loops:
-            try:
-                if _get_running_loop() is lw.loop:
-                    lw.shutdown()
-                else:
-                    lw.loop.call_soon_threadsafe(lw.shutdown)
-            except RuntimeError:   # the loop is closed
-                plim_shm_loop_remove(&self.h, lw.bit)
+        for lw in list(self.loops.values()):
+            self.drop_loop(lw)
         sc.untrack_fork(self)
 
     def __dealloc__(self):
@@ -491,6 +519,8 @@ def _resolve_waiter(_Waiter w):
 # --------------------------------------------------------------------------
 
 @cython.final
+@cython.freelist(256)
+@cython.no_gc
 cdef class SharedSemaphorePermit:
     """Permits held from a SharedSemaphore by this process.
 
@@ -499,10 +529,15 @@ cdef class SharedSemaphorePermit:
     exit.  Only the process that acquired it can release or update it.
     """
 
+    # Only `_sem` is an object, and a semaphore never refers to its permits:
+    # a permit closes no cycle, so it stays out of the GC (no_gc) and is
+    # recycled from a freelist (the uncontended acquire allocates nothing).
     cdef SharedSemaphore _sem
     cdef int64_t _permits
-    cdef _Waiter _pending
-    cdef object _reg
+    cdef int64_t _reg              # the attachment's registration number
+    cdef bint _pending             # an update of it is queued: its record
+    cdef uint32_t _pend_rec
+    cdef uint32_t _pend_ticket
     cdef object __weakref__
 
     def __init__(self, *args, **kwargs):
@@ -540,6 +575,7 @@ cdef inline SharedSemaphorePermit _new_permit(SharedSemaphore sem, int64_t n):
     p._sem = sem
     p._permits = n
     p._reg = sem._seg.reg
+    p._pending = False
     return p
 
 
@@ -651,7 +687,7 @@ cdef class _AnonEnter:
         if seg.closed:
             raise contract.closed_error()
         seg.lock()
-        st = plim_shm_take_locked(&seg.h, sem._p, 1)
+        st = plim_shm_take_inline(&seg.h, sem._p, 1)
         seg.unlock()
         if st == PLIM_SHM_OK:
             seg.anon[sem._p] += 1
@@ -738,12 +774,7 @@ cdef class SharedSemaphore:
         return self.__reduce__()
 
     cdef inline _Seg _s(self):
-        if not self._ready:
-            raise contract.uninitialised_error(self)
-        cdef _Seg seg = self._seg
-        if seg.forked:
-            seg.ensure()
-        return seg
+        return _seg_of(self)
 
     cdef _Seg _fresh(self):
         cdef _Seg seg = self._s()
@@ -877,35 +908,16 @@ cdef class SharedSemaphore:
 
     # ---- the algorithm ---------------------------------------------------------
 
-    cdef SharedSemaphorePermit _check_permit(self, permit):
-        if type(permit) is not SharedSemaphorePermit or \
-                (<SharedSemaphorePermit>permit)._sem is not self:
-            raise contract.permit_error(permit, SharedSemaphorePermit)
-        cdef SharedSemaphorePermit p = <SharedSemaphorePermit>permit
-        if p._reg is not self._seg.reg and p._permits:
-            raise TypeError(sc.MSG_FOREIGN_PROCESS_PERMIT)
-        return p
-
-    cdef int64_t _n(self, _Seg seg, n, permits) except -1:
-        if permits is not None:
-            if n != 1 and n is not permits:
-                raise TypeError("pylimiter: pass the number of permits once (n or permits=)")
-            n = permits
-        cdef int64_t m = plim_shm_max(&seg.h, self._p)
-        if type(n) is int and 0 <= n <= (m if m > 0 else PLIM_SHM_MAX_PERMITS):
-            return n
-        return contract.check_permits(n, m, m > 0)
-
     def try_acquire(self, n=1):
         """Take ``n`` permits now if they fit and nobody queues anywhere on
         the host; else None.  Never waits, never overtakes."""
         cdef _Seg seg = self._s()
-        cdef int64_t k = self._n(seg, n, None)
+        cdef int64_t k = _count(self, seg, n, None)
         cdef int st
         if seg.closed:
             raise contract.closed_error()
         seg.lock()
-        st = plim_shm_take_locked(&seg.h, self._p, k)
+        st = plim_shm_take_inline(&seg.h, self._p, k)
         seg.unlock()
         if st == PLIM_SHM_OK:
             return _new_permit(self, k)
@@ -917,26 +929,26 @@ cdef class SharedSemaphore:
         """Give back everything ``permit`` holds and set it to 0.  Releasing
         again is a no-op, and so is a release after close() (close gave the
         permits back)."""
-        cdef SharedSemaphorePermit p = self._check_permit(permit)
+        cdef SharedSemaphorePermit p = _own_permit(self, permit)
         cdef int64_t n = p._permits
         cdef _Seg seg
         cdef uint32_t rec = PLIM_SHM_NIL, ticket = 0
         if n == 0:
             return
         seg = self._seg
-        if seg.closed or p._reg is not seg.reg:
+        if seg.closed or p._reg != seg.reg:
             p._permits = 0
             return
-        if p._pending is not None and not p._pending.removed:
-            rec = p._pending.rec
-            ticket = p._pending.ticket
         seg.lock()
         p._permits = 0
-        plim_shm_give_back_locked(&seg.h, self._p, n, rec, ticket)
+        if p._pending:
+            plim_shm_give_back_locked(&seg.h, self._p, n, p._pend_rec, p._pend_ticket)
+        else:
+            plim_shm_give_back_inline(&seg.h, self._p, n)
         seg.unlock()
 
     cdef bint _shrink(self, _Seg seg, SharedSemaphorePermit permit, int64_t n) except -1:
-        if permit._pending is not None:
+        if permit._pending:
             raise RuntimeError(contract.MSG_UPDATE_IN_PROGRESS)
         cdef int64_t cur = permit._permits
         if n > cur:
@@ -948,14 +960,15 @@ cdef class SharedSemaphore:
             return True
         seg.lock()
         permit._permits = n
-        plim_shm_give_back_locked(&seg.h, self._p, cur - n, PLIM_SHM_NIL, 0)
+        plim_shm_give_back_inline(&seg.h, self._p, cur - n)
         seg.unlock()
         return True
 
-    cdef object _begin(self, SharedSemaphorePermit permit, int64_t n, timeout, is_cancelled,
-                       bint blocking):
-        """The start of every acquire/update: the permit when done at once,
-        or a queued _Waiter.  Raises on immediate failure."""
+    cdef object _begin(self, SharedSemaphorePermit permit, bint is_update, int64_t n, timeout,
+                       is_cancelled, bint blocking):
+        """The start of every acquire/update of `permit` (a new one, holding
+        0, for an acquire): None when done at once, or a queued _Waiter.
+        Raises on immediate failure."""
         cdef _Seg seg = self._s()
         cdef int64_t m = plim_shm_max(&seg.h, self._p)
         cdef int64_t need, limit = 0
@@ -966,15 +979,13 @@ cdef class SharedSemaphore:
         cancelled, cause = False, None
         if is_cancelled is not None and m > 0:
             cancelled, cause = contract.ask_cancelled(is_cancelled)
-        if permit is not None and self._shrink(seg, permit, n):
-            return permit
+        if is_update and self._shrink(seg, permit, n):
+            return None
         loop = None if blocking else _get_running_loop()
         if seg.closed:
             raise contract.closed_error()
-        if permit is None:
-            permit = _new_permit(self, 0)
         seg.sweep(False)
-        if permit._pending is not None or permit._permits >= n:
+        if permit._pending or permit._permits >= n:
             raise RuntimeError(contract.MSG_UPDATE_IN_PROGRESS)
         need = n - permit._permits
         if loop is not None:
@@ -984,16 +995,12 @@ cdef class SharedSemaphore:
         if cancelled:
             plim_shm_count_locked(&seg.h, self._p, 3)
             seg.unlock()
-            if lw is not None:
-                seg.drop_loop_if_idle(lw)
             raise contract.cancelled_error(cause)
-        st = plim_shm_take_locked(&seg.h, self._p, need)
+        st = plim_shm_take_inline(&seg.h, self._p, need)
         if st == PLIM_SHM_OK:
             seg.unlock()
             permit._permits += need
-            if lw is not None:
-                seg.drop_loop_if_idle(lw)
-            return permit
+            return None
         err = None
         if st == PLIM_SHM_OVERFLOW:
             err = contract.overflow_error()
@@ -1012,13 +1019,10 @@ cdef class SharedSemaphore:
                 err = contract.queue_full_error(q if q > 0 else plim_shm_qlen(&seg.h, self._p))
         if err is not None:
             seg.unlock()
-            if lw is not None:
-                seg.drop_loop_if_idle(lw)
             raise err
         w = _Waiter.__new__(_Waiter)
         w.rec = rec
         w.ticket = ticket
-        w.permit = permit
         w.n = n
         w.check = is_cancelled
         w.loop = loop
@@ -1026,40 +1030,47 @@ cdef class SharedSemaphore:
         w.lw = lw
         seg.waiters[rec] = w
         if permit._permits:
-            permit._pending = w
+            permit._pending = True
+            permit._pend_rec = rec
+            permit._pend_ticket = ticket
         if lw is not None:
             lw.waiters[w] = None
         seg.unlock()
         return w
 
-    cdef int _collect(self, _Waiter w) except -1:
+    cdef void _settled(self, _Waiter w, SharedSemaphorePermit permit, int state,
+                       int64_t granted, int64_t limit) noexcept:
+        """Apply a collected outcome to the waiter and the permit."""
+        w.state = state
+        if state == PLIM_SHM_R_GRANTED:
+            permit._permits += granted
+            w.granted = granted
+        elif state == PLIM_SHM_R_TOO_LARGE:
+            w.limit = limit
+
+    cdef int _collect(self, _Waiter w, SharedSemaphorePermit permit) except -1:
         """The outcome of w's record (a grant moves into this process's held
-        permits); the record is freed."""
+        permits); the record is freed.  1: still queued (wait again)."""
         cdef _Seg seg = self._seg
         cdef int state = 0, st
         cdef int64_t granted = 0, limit = 0
         seg.waiters.pop(w.rec, None)
-        if w.permit._pending is w:
-            w.permit._pending = None
+        permit._pending = False
         if w.removed or seg.closed:
             return 0
         seg.lock()
         st = plim_shm_collect_locked(&seg.h, w.rec, w.ticket, &state, &granted, &limit)
         seg.unlock()
         if st == PLIM_SHM_QUEUED:
+            seg.waiters[w.rec] = w
             return 1   # hostile bytes put it back: wait again
         if st != PLIM_SHM_OK:
             w.state = -1
             return 0
-        w.state = state
-        if state == PLIM_SHM_R_GRANTED:
-            w.permit._permits += granted
-            w.granted = granted
-        elif state == PLIM_SHM_R_TOO_LARGE:
-            w.limit = limit
+        self._settled(w, permit, state, granted, limit)
         return 0
 
-    cdef _abandon(self, _Waiter w, bint timed_out):
+    cdef _abandon(self, _Waiter w, SharedSemaphorePermit permit, bint timed_out):
         """The requester stops waiting: a queued request leaves the queue; a
         grant that raced with a cancel goes back, one that raced with a
         timeout stands (the caller collects it)."""
@@ -1074,28 +1085,29 @@ cdef class SharedSemaphore:
             seg.waiters.pop(w.rec, None)
             w.removed = True
             w.state = PLIM_SHM_R_REMOVED if st == PLIM_SHM_REMOVED else PLIM_SHM_R_CANCELLED
-            if w.permit._pending is w:
-                w.permit._pending = None
+            permit._pending = False
 
-    cdef object _finish(self, _Waiter w, timeout):
+    cdef object _finish(self, _Waiter w, SharedSemaphorePermit permit, timeout):
         """The outcome, once w left the queue: the permit, or the error."""
         cdef _Seg seg = self._seg
         st = w.state
+        if st == PLIM_SHM_R_QUEUED and seg.closed:
+            st = PLIM_SHM_R_CLOSED   # woken by this process's close()
         if st == PLIM_SHM_R_GRANTED:
             if w.check is not None:
                 cancelled, cause = contract.ask_cancelled(w.check)
                 if cancelled:
-                    self._cancel_grant(w)
+                    self._cancel_grant(w, permit)
                     raise contract.cancelled_error(cause)
-            return w.permit
+            return permit
         if st == -1:
             raise sc.shared_error(seg.path, sc.MSG_REQUEST_LOST[len("pylimiter: "):])
         raise contract.left_queue_error(st, w.n, w.limit, None, timeout)
 
-    cdef _cancel_grant(self, _Waiter w):
+    cdef _cancel_grant(self, _Waiter w, SharedSemaphorePermit permit):
         cdef _Seg seg = self._seg
         cdef int64_t g = w.granted
-        w.permit._permits -= g
+        permit._permits -= g
         if seg.closed:
             return
         seg.lock()
@@ -1104,15 +1116,19 @@ cdef class SharedSemaphore:
         seg.unlock()
 
     def _acquire_async(self, SharedSemaphorePermit permit, int64_t n, timeout, is_cancelled):
-        r = self._begin(permit, n, timeout, is_cancelled, False)
-        if type(r) is SharedSemaphorePermit:
-            return r
+        cdef bint is_update = permit is not None
+        if permit is None:
+            permit = _new_permit(self, 0)
+        r = self._begin(permit, is_update, n, timeout, is_cancelled, False)
+        if r is None:
+            return permit
         cdef _Waiter w = <_Waiter>r
         cdef _Seg seg = self._seg
         cdef _LoopWake lw = w.lw
         loop = w.loop
         if timeout is not None:
-            w.timer = loop.call_later(min(timeout, _MAX_TIMEOUT_S), self._on_timeout, w)
+            w.timer = loop.call_later(min(timeout, _MAX_TIMEOUT_S), self._on_timeout, w,
+                                      permit)
         try:
             while True:
                 while not w.removed and not seg.closed and seg.peek(w) == PLIM_SHM_R_QUEUED:
@@ -1120,24 +1136,20 @@ cdef class SharedSemaphore:
                     if seg.peek(w) != PLIM_SHM_R_QUEUED or w.removed:
                         break   # decided meanwhile
                     yield from fut
-                if w.removed or seg.closed or not self._collect(w):
+                if w.removed or seg.closed or not self._collect(w, permit):
                     break
         except BaseException:
-            self._abandon(w, False)
+            self._abandon(w, permit, False)
             raise
         finally:
             w.fut = None
             if w.timer is not None:
                 w.timer.cancel()
             lw.waiters.pop(w, None)
-            if not seg.closed:
-                seg.drop_loop_if_idle(lw)
-        if seg.closed and w.state == PLIM_SHM_R_QUEUED:
-            w.state = PLIM_SHM_R_CLOSED
-        return self._finish(w, timeout)
+        return self._finish(w, permit, timeout)
 
-    def _on_timeout(self, _Waiter w):
-        self._abandon(w, True)
+    def _on_timeout(self, _Waiter w, SharedSemaphorePermit permit):
+        self._abandon(w, permit, True)
         w.resolve()
 
     def _anon_wait(self):
@@ -1149,37 +1161,49 @@ cdef class SharedSemaphore:
 
     cdef object _run_blocking(self, SharedSemaphorePermit permit, int64_t n, timeout,
                               is_cancelled):
-        r = self._begin(permit, n, timeout, is_cancelled, True)
-        if type(r) is SharedSemaphorePermit:
-            return r
+        cdef bint is_update = permit is not None
+        if permit is None:
+            permit = _new_permit(self, 0)
+        r = self._begin(permit, is_update, n, timeout, is_cancelled, True)
+        if r is None:
+            return permit
         cdef _Waiter w = <_Waiter>r
         cdef _Seg seg = self._seg
-        cdef int64_t deadline = -1
-        cdef int st
+        cdef int64_t deadline = -1, granted = 0, limit = 0
+        cdef int st, state = 0
         if timeout is not None:
             deadline = plim_shm_now_ns() + <int64_t>(min(timeout, _MAX_TIMEOUT_S) * 1e9)
         try:
             while True:
+                # Waits and collects without the GIL: the hand-off's latency.
                 with nogil:
-                    st = plim_shm_wait_rec(&seg.h, w.rec, w.ticket, deadline)
+                    st = plim_shm_wait_collect(&seg.h, w.rec, w.ticket, deadline, &state,
+                                               &granted, &limit)
                 if st == PLIM_SHM_INTR:
                     PyErr_CheckSignals()
                     continue
                 if st == PLIM_SHM_TIMEDOUT:
-                    self._abandon(w, True)
+                    self._abandon(w, permit, True)
                     if w.removed:
                         break
                     continue   # granted meanwhile: collect it
-                if st != PLIM_SHM_DECIDED:
-                    raise _error(seg, st)
-                if w.removed or seg.closed or not self._collect(w):
+                if seg.closed:
                     break
+                if st == PLIM_SHM_DECIDED:
+                    seg.waiters.pop(w.rec, None)
+                    permit._pending = False
+                    self._settled(w, permit, state, granted, limit)
+                    break
+                if st == PLIM_SHM_GONE:
+                    seg.waiters.pop(w.rec, None)
+                    permit._pending = False
+                    w.state = -1
+                    break
+                raise _error(seg, st)
         except BaseException:
-            self._abandon(w, False)
+            self._abandon(w, permit, False)
             raise
-        if seg.closed and w.state == PLIM_SHM_R_QUEUED:
-            w.state = PLIM_SHM_R_CLOSED
-        return self._finish(w, timeout)
+        return self._finish(w, permit, timeout)
 
     # ---- public API -------------------------------------------------------------
 
@@ -1193,7 +1217,7 @@ cdef class SharedSemaphore:
         ``async with sem.acquire(n) as p:`` releases p on exit.
         """
         cdef _Seg seg = self._s()
-        cdef int64_t k = self._n(seg, n, permits)
+        cdef int64_t k = _count(self, seg, n, permits)
         t = self._timeout if timeout is TIMEOUT_NOT_GIVEN else \
             contract.check_timeout(timeout, self._timeout)
         if is_cancelled is not None:
@@ -1206,8 +1230,8 @@ cdef class SharedSemaphore:
                          permits=None):
         """Blocking twin of ``acquire`` for threads (the GIL is released
         while waiting)."""
-        cdef _Seg seg = self._s()
-        cdef int64_t k = self._n(seg, n, permits)
+        cdef _Seg seg = _seg_of(self)
+        cdef int64_t k = _count(self, seg, n, permits)
         cdef int st
         if timeout is TIMEOUT_NOT_GIVEN:
             t = self._timeout
@@ -1216,7 +1240,7 @@ cdef class SharedSemaphore:
         if is_cancelled is None and not seg.closed:
             # The uncontended path: one critical section, no waiter.
             seg.lock()
-            st = plim_shm_take_locked(&seg.h, self._p, k)
+            st = plim_shm_take_inline(&seg.h, self._p, k)
             seg.unlock()
             if st == PLIM_SHM_OK:
                 return _new_permit(self, k)
@@ -1229,7 +1253,7 @@ cdef class SharedSemaphore:
         place and returns it.  Shrinking completes at once; growing queues
         for the difference, and on failure the permit keeps what it had."""
         cdef _Seg seg = self._s()
-        cdef SharedSemaphorePermit p = self._check_permit(permit)
+        cdef SharedSemaphorePermit p = _own_permit(self, permit)
         cdef int64_t m = plim_shm_max(&seg.h, self._p)
         n = contract.check_permits(new_permits, m, m > 0)
         t = contract.check_timeout(timeout, self._timeout)
@@ -1240,7 +1264,7 @@ cdef class SharedSemaphore:
                         is_cancelled=None):
         """Blocking twin of ``update``."""
         cdef _Seg seg = self._s()
-        cdef SharedSemaphorePermit p = self._check_permit(permit)
+        cdef SharedSemaphorePermit p = _own_permit(self, permit)
         cdef int64_t m = plim_shm_max(&seg.h, self._p)
         n = contract.check_permits(new_permits, m, m > 0)
         t = contract.check_timeout(timeout, self._timeout)
@@ -1275,7 +1299,7 @@ cdef class SharedSemaphore:
         seg.anon[self._p] -= 1
         if not seg.closed:
             seg.lock()
-            plim_shm_give_back_locked(&seg.h, self._p, 1, PLIM_SHM_NIL, 0)
+            plim_shm_give_back_inline(&seg.h, self._p, 1)
             seg.unlock()
         return _READY
 
@@ -1284,6 +1308,45 @@ cdef class SharedSemaphore:
         PermitAcquireAlreadyClosedError, and so do later acquires here; the
         permits it holds go back to the host's budget."""
         self._s().close()
+
+
+cdef inline _Seg _seg_of(SharedSemaphore sem):
+    """The semaphore's attachment (a forked child registers first)."""
+    if not sem._ready:
+        raise contract.uninitialised_error(sem)
+    cdef _Seg seg = sem._seg
+    if seg.forked:
+        seg.ensure()
+    return seg
+
+
+cdef inline int64_t _count(SharedSemaphore sem, _Seg seg, n, permits) except -1:
+    """A permit count argument as an int64 (the common case without a
+    Python-level comparison), or check_permits' error."""
+    cdef int64_t k, m
+    cdef int overflow = 0
+    if permits is not None:
+        if n != 1 and n is not permits:
+            raise TypeError("pylimiter: pass the number of permits once (n or permits=)")
+        n = permits
+    m = plim_shm_max_inline(&seg.h, sem._p)
+    if type(n) is int:
+        k = PyLong_AsLongLongAndOverflow(n, &overflow)
+        if overflow == 0 and 0 <= k <= (m if m > 0 else PLIM_SHM_MAX_PERMITS):
+            return k
+    return contract.check_permits(n, m, m > 0)
+
+
+cdef inline SharedSemaphorePermit _own_permit(SharedSemaphore sem, permit):
+    """`permit` as one of this semaphore's, taken by this attachment (or
+    holding nothing); TypeError otherwise."""
+    if type(permit) is not SharedSemaphorePermit or \
+            (<SharedSemaphorePermit>permit)._sem is not sem:
+        raise contract.permit_error(permit, SharedSemaphorePermit)
+    cdef SharedSemaphorePermit p = <SharedSemaphorePermit>permit
+    if p._reg != sem._seg.reg and p._permits:
+        raise TypeError(sc.MSG_FOREIGN_PROCESS_PERMIT)
+    return p
 
 
 cdef SharedSemaphore _pool_view(_Seg seg, uint32_t p, timeout):

@@ -231,8 +231,11 @@ def test_a_lock_held_by_a_live_process_is_an_error_not_a_hang(impl, shm, name):
             fcntl.fcntl(fd, fcntl.F_OFD_SETLK,
                         struct.pack("hhxxxxqqixxxx", fcntl.F_WRLCK, 0, sc.MUTEX_BYTE, 1, 0))
         else:
-            # The C twin's lock word names slot 0, which is alive (ours).
-            os.pwrite(fd, struct.pack("<I", 1), sc.H_MUTEX)
+            # The C twin's lock word names slot 0 at its generation: alive
+            # (ours, as if another of our threads held it).
+            lay = sc.Layout(1, 256, sc.nrecords(1, 10000, 256))
+            gen = struct.unpack("<I", os.pread(fd, 4, lay.slot(0) + sc.S_GEN))[0]
+            os.pwrite(fd, struct.pack("<I", 1 | (gen & 0x7FFF) << 16), sc.H_MUTEX)
         t0 = time.monotonic()
         with pytest.raises(shm.SharedLimiterError, match="held by a live process"):
             sem.acquire_blocking(1)
