@@ -328,7 +328,7 @@ def ofd_held(fd: int, byte: int) -> bool:
     """Whether another file description than ``fd``'s holds a lock on
     ``byte`` (``fd`` itself must hold none there)."""
     res = fcntl.fcntl(fd, fcntl.F_OFD_GETLK, _flock(fcntl.F_WRLCK, byte))
-    return _FLOCK.unpack(res)[0] != fcntl.F_UNLCK
+    return bool(_FLOCK.unpack(res)[0] != fcntl.F_UNLCK)
 
 
 #: How long an open waits for another opener (a live one) before it gives up.
@@ -405,7 +405,8 @@ def _check_file(fd: int, path: str) -> os.stat_result:
     return st
 
 
-def _read_header(fd: int, path: str, st: os.stat_result, impl: int, kind: int) -> tuple:
+def _read_header(fd: int, path: str, st: os.stat_result, impl: int,
+                 kind: int) -> tuple[tuple[int, ...], int, int, Layout]:
     raw = os.pread(fd, HEADER_STRUCT.size, 0)
     if len(raw) < HEADER_STRUCT.size:
         raise shared_error(path, f"wrong size ({st.st_size} bytes): too short for a header")
@@ -621,7 +622,7 @@ from ._dual import DualMemoryLimiterBase  # noqa: E402
 _POOL_TYPES = (LimitType.HEAP_MEMORY, LimitType.DIRECT_MEMORY)
 
 
-def _reopen(cls: Any, args: tuple, kwargs: dict) -> Any:
+def _reopen(cls: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     return cls(*args, **kwargs)
 
 
@@ -668,17 +669,17 @@ class SharedDualMemoryLimiterBase(DualMemoryLimiterBase[Any]):
     @property
     def name(self) -> str:
         """The segment's name."""
-        return self._pools[LimitType.HEAP_MEMORY].name
+        return str(self._pools[LimitType.HEAP_MEMORY].name)
 
     @property
     def path(self) -> str:
         """The segment file's path."""
-        return self._pools[LimitType.HEAP_MEMORY].path
+        return str(self._pools[LimitType.HEAP_MEMORY].path)
 
     @property
     def closed(self) -> bool:
         """True after this process's close()."""
-        return self._pools[LimitType.HEAP_MEMORY].closed
+        return bool(self._pools[LimitType.HEAP_MEMORY].closed)
 
     def close(self) -> None:
         """Detach this process from both pools (idempotent): its queued

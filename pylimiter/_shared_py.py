@@ -34,7 +34,7 @@ import threading
 import time
 from collections.abc import Callable, Generator
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Optional
+from typing import TYPE_CHECKING, Any, Optional, TypeVar
 
 from ._common import (
     DONE,
@@ -172,6 +172,7 @@ SWEEP_NS = 250_000_000
 MAX_REPAIRS = 3
 
 IsCancelled = Optional[Callable[[], object]]
+_T = TypeVar("_T")
 
 
 class _Corrupt(Exception):
@@ -193,7 +194,7 @@ class _Waiter:
         self.check = check
         self.loop = loop
         self.event = threading.Event() if loop is None else None
-        self.fut: Optional[asyncio.Future] = None
+        self.fut: Optional[asyncio.Future[None]] = None
         self.removed = False      # this process took it out of the queue
         self.state = W_QUEUED     # the outcome once collected
         self.granted = 0
@@ -214,7 +215,7 @@ class _Waiter:
             pass
 
 
-def _resolve(fut: asyncio.Future) -> None:
+def _resolve(fut: asyncio.Future[None]) -> None:
     if not fut.done():
         fut.set_result(None)
 
@@ -266,13 +267,15 @@ class _Seg:
     # ---- raw fields ------------------------------------------------------
 
     def u32(self, off: int) -> int:
-        return _U32.unpack_from(self.mm, off)[0]   # type: ignore[arg-type]
+        v: int = _U32.unpack_from(self.mm, off)[0]   # type: ignore[arg-type]
+        return v
 
     def set_u32(self, off: int, v: int) -> None:
         _U32.pack_into(self.mm, off, v & 0xFFFFFFFF)   # type: ignore[arg-type]
 
     def i64(self, off: int) -> int:
-        return _I64.unpack_from(self.mm, off)[0]   # type: ignore[arg-type]
+        v: int = _I64.unpack_from(self.mm, off)[0]   # type: ignore[arg-type]
+        return v
 
     def set_i64(self, off: int, v: int) -> None:
         _I64.pack_into(self.mm, off, v)   # type: ignore[arg-type]
@@ -346,7 +349,7 @@ class _Seg:
         finally:
             self.tlock.release()
 
-    def run_locked(self, fn: Callable[..., Any], *args: Any) -> Any:
+    def run_locked(self, fn: Callable[..., _T], *args: Any) -> _T:
         """``fn(*args)`` in a critical section.  ``fn`` raises only when
         interrupted; it returns the errors it decides on."""
         self.lock()
@@ -560,7 +563,8 @@ class _Seg:
         return decided
 
     def u64(self, off: int) -> int:
-        return _U64.unpack_from(self.mm, off)[0]   # type: ignore[arg-type]
+        v: int = _U64.unpack_from(self.mm, off)[0]   # type: ignore[arg-type]
+        return v
 
     def fix(self, repairs: int) -> int:
         """A walk found an inconsistency: repair, or give up after a few."""
@@ -955,7 +959,7 @@ def _new_request(sem: SharedSemaphore, permit: Optional[SharedSemaphorePermit], 
     return r
 
 
-def _reopen(cls: Any, args: tuple, kwargs: dict) -> Any:
+def _reopen(cls: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     return cls(*args, **kwargs)
 
 
@@ -1455,8 +1459,8 @@ class SharedSemaphore:
         if st == -1:
             raise shared_error(seg.path, MSG_REQUEST_LOST[len("pylimiter: "):])
         if st == W_CLOSED and seg.closed:
-            return _raise(left_queue_error(W_CLOSED, w.n, 0, None, timeout))
-        return _raise(left_queue_error(st, w.n, w.limit, None, timeout))
+            raise left_queue_error(W_CLOSED, w.n, 0, None, timeout)
+        raise left_queue_error(st, w.n, w.limit, None, timeout)
 
     def _cancel_grant(self, w: _Waiter) -> None:
         """is_cancelled said yes after the grant: the granted permits go back."""
@@ -1573,7 +1577,8 @@ class SharedSemaphore:
     def acquire_blocking(self, n: int = 1, *, timeout: Optional[float] = TIMEOUT_NOT_GIVEN,
                          is_cancelled: IsCancelled = None, permits: Optional[int] = None
                          ) -> SharedSemaphorePermit:
-        """Blocking twin of ``acquire`` for threads."""
+        """Blocking twin of ``acquire`` for threads (the GIL is released
+        while waiting)."""
         seg = self._s()
         n = _pick_n(n, permits)
         m, bounded = self._limits(seg)
@@ -1659,10 +1664,6 @@ class SharedSemaphore:
         PermitAcquireAlreadyClosedError, and so do later acquires here; the
         permits it holds go back to the host's budget."""
         self._s().close()
-
-
-def _raise(exc: BaseException) -> Any:
-    raise exc
 
 
 def _pick_n(n: Any, permits: Any) -> Any:

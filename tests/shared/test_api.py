@@ -134,6 +134,7 @@ def test_kind_mismatch_is_refused(shm, shm_dir, name):
         a.close()
 
 
+@pytest.mark.c_extension
 def test_the_other_implementations_segment_is_refused(impl, shm, shm_dir, name):
     from pylimiter._impls import C, PY
     other = (PY if impl is C else C).module_of("shared")
