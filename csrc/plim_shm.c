@@ -44,12 +44,18 @@
  *
  * The lock.  Every change happens under the host's lock: a futex word in
  * the header holding (slot + 1) | (generation & 0x7fff) << 16 and a
- * WAITERS bit.  A lock-free fast path (one CAS on a counter word, as in
- * plim_sem.c) was considered and left out: to survive a SIGKILL between the
- * CAS and the held[] store it needs an in-flight mark per slot (a second
- * atomic store, seq_cst) and a repair that waits out every live in-flight
- * mark, which costs what the lock costs (one CAS to take, one exchange to
- * drop, no system call when uncontended) and doubles the states to prove.
+ * WAITERS bit.  Uncontended, it costs one CAS to take and one exchange to
+ * drop (plim_shm_fast.h), and no system call.  A lock-free fast path (one
+ * CAS on a counter word, as plim_sem.c has) was weighed and left out for
+ * now: it would save the exchange, about 7 ns of an acquire or a release
+ * (measured on the 2-core test VM: CAS + exchange 12.8 ns, CAS alone
+ * 5.2 ns), but a SIGKILL between that CAS and the held[] store must then
+ * be repairable while other processes keep CASing, which needs an
+ * in-flight mark per slot, a RECOVERING flag in the word, a repair that
+ * waits out every live in-flight mark (and fails, bounded, on a stopped
+ * process), per-slot counters for the statistics and a model of all of it.
+ * The uncontended figures (benchmarks/README.md, "Host-wide limiter") say
+ * what the lock costs against multiprocessing.Semaphore.
  *
  * Who repairs what after which death.  Each critical section writes its
  * facts so that every prefix of it is consistent, given that the dying
@@ -63,15 +69,24 @@
  *     ones give their permits back), and S1/S2 are rebuilt.
  *   - a process dies inside a critical section, holding the lock: a waiter
  *     of the lock sleeps at most 2 ms at a time, then checks the owner's OFD
- *     lock; dead (or a slot number out of range), it takes the word over
- *     with a CAS from the exact value it saw and repairs as above.  What
+ *     lock; dead (or a slot number out of range, or our own slot with
+ *     another generation: we registered in the dead holder's slot), it
+ *     takes the word over with a CAS from the exact value it saw and
+ *     repairs as above.  What
  *     the dead process wrote half-way is either its own facts (discarded) or
  *     a decision about another process's record, which it commits with ONE
  *     store (the record's state) after the data that goes with it (granted,
  *     limit): the record is QUEUED (nothing happened) or decided (it all
  *     happened).  The derived fields it left half-written are rebuilt.
+ *     Its own facts it writes in the order that never counts a permit
+ *     twice: collect frees the record (a fact) before it adds the grant to
+ *     held[]; take and give-back change held[] only on their own slot.
+ *     (The spin model found the other order of collect's two stores.)
  *   - a process dies between dropping the lock and waking the waiters it
  *     decided: a repair wakes every decided record and every process.
+ *   - a process closes (detaches): its queued records fail CLOSED, its
+ *     uncollected grants and held[] go back, its slot becomes FREE, all in
+ *     one critical section; then it drops its slot's OFD lock.
  * Who wakes whom: a decision's thread waiter sleeps on its record's state
  * (FUTEX_WAIT, shared: the mapping is a file), woken with FUTEX_WAKE on that
  * address after the lock is dropped; an asyncio waiter's process has one
@@ -562,7 +577,11 @@ int plim_shm_lock(plim_shm_t *h)
     }
     int64_t start = plim_shm_now_ns();
     int64_t check_at = start + SPIN_NS;
-    for (;;) {
+    for (unsigned spins = 0;; spins++) {
+        /* Bounded whatever the word does (a writer flipping it so that no
+         * CAS of ours ever lands counts as a holder that never releases). */
+        if ((spins & 63u) == 63u && plim_shm_now_ns() - start > h->lock_timeout_ns)
+            return PLIM_SHM_STUCK;
         uint32_t cur = atomic_load_explicit(mu, memory_order_relaxed);
         if (cur == 0) {
             /* Taken with WAITERS set: others may sleep, the unlock wakes one. */
