@@ -167,8 +167,11 @@ def test_timeouts_and_queue_full_are_host_wide(impl, shm, name, shm_dir, childre
         p = sem.acquire_blocking(2)
         a = children.start(method, _workers.wait_one, impl.tag, name, shm_dir, kw, 1, "thread",
                            30, events)
+        wait_until(lambda: sem.queue_size == 1, what="one queued")
+        # b's timeout runs from when it joins the queue: long enough for this
+        # process to see the queue full even on a loaded machine.
         b = children.start(method, _workers.wait_one, impl.tag, name, shm_dir, kw, 1, "task",
-                           0.3, events)
+                           2.0, events)
         wait_until(lambda: sem.queue_size == 2, what="two queued")
         with pytest.raises(PermitAcquireQueueFullError):
             sem.acquire_blocking(1, timeout=5)
