@@ -988,15 +988,20 @@ cdef class SharedSemaphore:
         if permit._pending or permit._permits >= n:
             raise RuntimeError(contract.MSG_UPDATE_IN_PROGRESS)
         need = n - permit._permits
-        if loop is not None:
-            lw = seg.loop_wake(loop)
-            tag = lw.bit + 1
         seg.lock()
         if cancelled:
             plim_shm_count_locked(&seg.h, self._p, 3)
             seg.unlock()
             raise contract.cancelled_error(cause)
         st = plim_shm_take_inline(&seg.h, self._p, need)
+        if st == PLIM_SHM_EMPTY and loop is not None and timeout != 0:
+            # It has to queue on an event loop: the loop's eventfd (and the
+            # waker thread) first, made outside the lock, then look again.
+            seg.unlock()
+            lw = seg.loop_wake(loop)
+            tag = lw.bit + 1
+            seg.lock()
+            st = plim_shm_take_inline(&seg.h, self._p, need)
         if st == PLIM_SHM_OK:
             seg.unlock()
             permit._permits += need
