@@ -918,6 +918,11 @@ cdef class SharedSemaphore:
             raise contract.closed_error()
         seg.lock()
         st = plim_shm_take_inline(&seg.h, self._p, k)
+        if st == PLIM_SHM_EMPTY and plim_shm_sweep_due(&seg.h):
+            # Refused: a dead process may hold what is missing (looked for
+            # at most every 250 ms, host-wide).
+            plim_shm_sweep_locked(&seg.h, 0)
+            st = plim_shm_take_inline(&seg.h, self._p, k)
         seg.unlock()
         if st == PLIM_SHM_OK:
             return _new_permit(self, k)

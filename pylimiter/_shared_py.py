@@ -1225,6 +1225,11 @@ class SharedSemaphore:
 
         def take() -> Any:
             fits = self._fits_locked(seg, n)
+            if fits is False and seg.sweep_due():
+                # Refused: a dead process may hold what is missing (looked
+                # for at most every 250 ms, host-wide).
+                seg.wake(seg.sweep_locked())
+                fits = self._fits_locked(seg, n)
             if fits is not True:
                 return fits
             self._take_locked(seg, n)

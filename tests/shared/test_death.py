@@ -45,6 +45,27 @@ def test_a_killed_holders_permits_come_back_at_the_next_look(impl, shm, name, sh
         sem.close()
 
 
+def test_try_acquire_finds_a_dead_holder_within_a_second(impl, shm, name, shm_dir, children):
+    """A refused try_acquire looks for dead processes (at most every 250 ms,
+    host-wide): the dead holder's permits are back within 1 s without any
+    other call."""
+    sem = shm.SharedSemaphore(name, 3)
+    try:
+        child = _hold_in_child(impl, name, shm_dir, children, 3, 3)
+        assert sem.try_acquire(1) is None
+        children.kill(child)
+        deadline = time.monotonic() + 1.0
+        p = None
+        while p is None and time.monotonic() < deadline:
+            p = sem.try_acquire(3)
+            time.sleep(0.01)
+        assert p is not None, "the dead holder's permits did not come back within 1 s"
+        sem.release(p)
+        books(sem)
+    finally:
+        sem.close()
+
+
 def test_a_killed_waiter_leaves_the_queue(impl, shm, name, shm_dir, children):
     ctx = multiprocessing.get_context("fork")
     events = ctx.Queue()
