@@ -160,17 +160,28 @@ test-c: build
 	$(PY) -m pytest tests/test_c_core.py
 
 # PYLIMITER_NO_EXTENSIONS=1 at install time: no extension is built or shipped,
-# and the installed package reports IMPLEMENTATION == "python".
+# the build records it (pylimiter/_build_config.py in the install, not in the
+# tree), and the installed package imports as pure with the variable unset
+# or 1; PYLIMITER_NO_EXTENSIONS=0 asks for what it does not have: an
+# ImportError in one line.
 test-pure:
 	rm -rf $(PURE_VENV)
 	$(PYTHON) -m venv $(PURE_VENV)
 	PYLIMITER_NO_EXTENSIONS=1 $(PURE_VENV)/bin/python -m pip install -q .
-	cd /tmp && PYLIMITER_NO_EXTENSIONS=1 $(CURDIR)/$(PURE_VENV)/bin/python -c "\
-	import pathlib, pylimiter; \
-	assert pylimiter.IMPLEMENTATION == 'python', pylimiter.IMPLEMENTATION; \
+	@test ! -e pylimiter/_build_config.py || { echo "pylimiter/_build_config.py written into the tree"; exit 1; }
+	cd /tmp && for v in unset 1; do \
+	  if [ $$v = unset ]; then e="env -u PYLIMITER_NO_EXTENSIONS"; else e="env PYLIMITER_NO_EXTENSIONS=$$v"; fi; \
+	  $$e $(CURDIR)/$(PURE_VENV)/bin/python -c "\
+	import pathlib, pylimiter, pylimiter.pulsar.cache as c; \
+	assert (pylimiter.IMPLEMENTATION, c.IMPLEMENTATION) == ('python', 'python'), pylimiter.IMPLEMENTATION; \
 	d = pathlib.Path(pylimiter.__file__).parent; \
-	assert not list(d.glob('*.so')), 'extension shipped in a pure install'; \
-	print('pure install OK:', d)"
+	assert not list(d.rglob('*.so')), 'extension shipped in a pure install'; \
+	print('pure install OK (PYLIMITER_NO_EXTENSIONS $$v):', d)" || exit 1; \
+	done
+	cd /tmp && ! PYLIMITER_NO_EXTENSIONS=0 $(CURDIR)/$(PURE_VENV)/bin/python -c "import pylimiter" \
+	    2>/tmp/pylimiter-test-pure.err
+	tail -1 /tmp/pylimiter-test-pure.err | grep -q "^ImportError: pylimiter: PYLIMITER_NO_EXTENSIONS=0 asks for the C extensions"
+	@echo "pure install OK (PYLIMITER_NO_EXTENSIONS=0): $$(tail -1 /tmp/pylimiter-test-pure.err)"
 
 # The suite on every interpreter: 3.10-3.13 from /root/.pyenv/versions, 3.14
 # and 3.15 (Debian sid's packages) inside the sid root that wheels/pythons.sh
