@@ -1,5 +1,5 @@
 """Prometheus metrics for any AsyncSemaphore or AsyncDualMemoryLimiter
-(extra ``pylimiter-pulsar[prometheus]``).
+(the ``prometheus`` extra: ``pip install '.[prometheus]'`` from a checkout).
 
 ::
 
@@ -44,8 +44,10 @@ try:
         HistogramMetricFamily,
     )
 except ImportError as exc:  # pragma: no cover - depends on the install
+    from ._extras import install_hint
+
     raise ImportError(f"pylimiter.prometheus needs prometheus_client ({exc}); "
-                      "pip install 'pylimiter-pulsar[prometheus]'") from exc
+                      f"{install_hint('prometheus')}") from exc
 
 from ._common import LimitType, uninitialised_error
 from ._dual import DualMemoryLimiterBase
