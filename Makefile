@@ -39,7 +39,7 @@ debug: venv
 # Every stage runs even when one before it failed; the last lines say which
 # failed, and make fails if any did.
 TEST_STAGES := lint pytest pure-mode test-pure test-dbg
-test: build relacy
+test: build relacy dbg-python
 	@failed=""; \
 	for stage in $(TEST_STAGES); do \
 	    echo "== make test: $$stage"; \
@@ -115,11 +115,13 @@ DBG_ENV = LD_PRELOAD="$$(cc -print-file-name=libasan.so) $$(cc -print-file-name=
 	ASAN_OPTIONS=detect_leaks=0:halt_on_error=1 \
 	UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
 
-# Installed from Debian when this user can (as relacy-dev above).
+# Installed from Debian when this user can and nothing else on the system
+# changes (.ci/apt_tier.sh says what and why first; PYLIMITER_NO_APT=1 skips).
+# Its headers come with it (libpython3.11-dbg); venv brings ensurepip.
 dbg-python:
-	@command -v $(DBG_PYTHON) >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && \
-	    { apt-get update -qq && DEBIAN_FRONTEND=noninteractive \
-	      apt-get install -y -qq python3.11-dbg python3.11-dev python3.11-venv >/dev/null; } ; } || true
+	@command -v $(DBG_PYTHON) >/dev/null 2>&1 || .ci/apt_tier.sh "the Py_DEBUG tier (make test-dbg)" \
+	    "Debian's debug CPython, whose refcount and GC checks abort on a double free" \
+	    python3.11-dbg python3.11-venv || true
 
 # The tools at the main venv's versions (same Cython: same generated C);
 # rm -rf $(DBG_VENV) after changing the list.
@@ -134,8 +136,8 @@ $(DBG_VENV)/.deps: pyproject.toml $(VENV)/.deps
 
 test-dbg: build dbg-python
 	@if ! command -v $(DBG_PYTHON) >/dev/null 2>&1; then \
-	    echo "Py_DEBUG tier NOT run: $(DBG_PYTHON) is missing and cannot be installed here" \
-	         "(apt-get install python3.11-dbg python3.11-dev python3.11-venv, as root)"; \
+	    echo "Py_DEBUG tier NOT run: $(DBG_PYTHON) is missing (make dbg-python says why;" \
+	         "as root: apt-get install --no-install-recommends python3.11-dbg python3.11-venv)"; \
 	else \
 	    $(MAKE) --no-print-directory $(DBG_VENV)/.deps && \
 	    CFLAGS="$(DBG_CFLAGS)" LDFLAGS="-fsanitize=address,undefined" $(DBG_PY) setup.py -q \
@@ -146,15 +148,14 @@ test-dbg: build dbg-python
 	fi
 
 # The Relacy headers for the memory-model check (tests/test_memory_model.py):
-# installed from Debian when this user can, else one line says why the check
+# installed from Debian as dbg-python above, else one line says why the check
 # will be skipped.
 RELACY := /usr/include/relacy/relacy.hpp
 relacy:
-	@test -f $(RELACY) || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && \
-	    { apt-get update -qq && DEBIAN_FRONTEND=noninteractive \
-	      apt-get install -y -qq relacy-dev g++ >/dev/null; } ; } || true
-	@test -f $(RELACY) || echo "memory-model check NOT run: $(RELACY) is missing" \
-	    "and relacy-dev cannot be installed here (needs root and apt-get)"
+	@{ test -f $(RELACY) && command -v g++ >/dev/null 2>&1; } || .ci/apt_tier.sh \
+	    "the memory-model check (tests/test_memory_model.py)" \
+	    "the Relacy headers and the C++ compiler that builds the model" relacy-dev g++ || true
+	@test -f $(RELACY) || echo "memory-model check NOT run: $(RELACY) is missing"
 
 test-c: build
 	$(PY) -m pytest tests/test_c_core.py
