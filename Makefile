@@ -29,6 +29,24 @@ build: venv
 debug: venv
 	PYLIMITER_DEBUG_BUILD=1 $(PY) setup.py -q build_ext --inplace --force
 
+# The quick loop, under a minute here: every test but the slow ones, which
+# tests/_quick.py picks by what each runs (a JVM, a child process, a type
+# check, the C compiler tier) and by what each took in the last `make
+# durations` (tests/durations.json; over PYLIMITER_QUICK_LIMIT_S, 0.5 s).
+# Bytecode is written even under PYTHONDONTWRITEBYTECODE: rewriting every
+# test module's asserts again costs ~7 s a run.  CHECK_ARGS adds pytest
+# options (CHECK_ARGS="-x tests/test_semaphore.py").
+.PHONY: check durations
+CHECK_ARGS ?=
+check: build
+	env -u PYTHONDONTWRITEBYTECODE $(PY) -m pytest -q -m "not slow" $(CHECK_ARGS)
+
+# Every test that is not slow by what it runs, timed again into
+# tests/durations.json (about 3 min here; commit the file).
+durations: build
+	env -u PYTHONDONTWRITEBYTECODE $(PY) -m pytest -q -p no:cacheprovider -m "not slow" \
+	    --record-durations tests/durations.json
+
 # Everything: both implementations, the C tier (plain, TSAN, ASAN+UBSan),
 # the Relacy memory-model check, the Spark pipelines on one shared local
 # session and on a standalone cluster of one worker whose Python has no
@@ -54,8 +72,10 @@ test-stage-lint:
 	$(PY) -m ruff check .
 test-stage-pytest: cluster-env
 	$(PY) -m pytest
+# Its own marker (tests/_quick.py): every test but those of a JVM, a child
+# process, a type check or the C compiler tier, slow or not.
 test-stage-pure-mode:
-	PYLIMITER_NO_EXTENSIONS=1 $(PY) -m pytest --no-c-extensions -q -m "not slow and not spark and not c_core"
+	PYLIMITER_NO_EXTENSIONS=1 $(PY) -m pytest --no-c-extensions -q -m pure_mode
 test-stage-test-pure: test-pure
 test-stage-test-dbg: test-dbg
 
