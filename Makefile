@@ -41,7 +41,7 @@ debug: venv
 # The quick loop, under a minute here: every test but the slow ones, which
 # tests/_quick.py picks by what each runs (a JVM, a child process, a type
 # check, the C compiler tier) and by what each took in the last `make
-# durations` (tests/durations.json; over PYLIMITER_QUICK_LIMIT_S, 0.5 s).
+# durations` (tests/durations.json; over PYLIMITER_QUICK_LIMIT_S, 0.25 s).
 # Bytecode is written even under PYTHONDONTWRITEBYTECODE: rewriting every
 # test module's asserts again costs ~7 s a run.  CHECK_ARGS adds pytest
 # options (CHECK_ARGS="-x tests/test_semaphore.py").

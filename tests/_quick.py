@@ -39,7 +39,7 @@ import pytest
 DURATIONS = Path(__file__).resolve().with_name("durations.json")
 #: A test measured above this many seconds (setup, call and teardown, on
 #: the machine that ran `make durations`) leaves the quick loop.
-QUICK_LIMIT_S = float(os.environ.get("PYLIMITER_QUICK_LIMIT_S", "0.5"))
+QUICK_LIMIT_S = float(os.environ.get("PYLIMITER_QUICK_LIMIT_S", "0.25"))
 #: durations.json keeps every test at or above this many seconds, so that
 #: the limit can be lowered without measuring again.
 RECORD_FLOOR_S = 0.1
