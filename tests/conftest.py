@@ -65,8 +65,21 @@ def pytest_collection_finish(session):
     every collection is meant to walk everything."""
     if hasattr(sys, "gettotalrefcount") or os.environ.get("PYLIMITER_GC_THRESHOLD"):
         return
+    # gc.get_referrers does not see frozen objects: hypothesis, on its first
+    # import, asks it whether the PRNGs its plugins register (trio's) are
+    # referred to, and warns (an error here) if it sees no referrer.  So it
+    # is imported before the freeze, even when no collected test needs it.
+    try:
+        import hypothesis  # noqa: F401
+    except ImportError:
+        pass
     gc.collect()
     gc.freeze()
+
+
+def pytest_sessionfinish(session):
+    # Back to normal before the plugins' own end-of-run work.
+    gc.unfreeze()
 
 
 @pytest.fixture(autouse=True)
