@@ -54,6 +54,7 @@ SNIPPET = re.compile(r'^--8<-- "([^"]+)"\s*$', re.MULTILINE)
 PENDING = "<!-- pending:"
 BLOCK = re.compile(r"^```python(?:[ \t][^\n]*)?\n(.*?)^```", re.MULTILINE | re.DOTALL)
 CLI = re.compile(r"<!-- cli: (.+?) -->")
+SECTION_NAME = re.compile(r"[A-Za-z][\w-]*")
 
 
 def _rel(page: Path) -> str:
@@ -62,12 +63,20 @@ def _rel(page: Path) -> str:
 
 def _snippet(target: str) -> tuple[Path, str]:
     """A `--8<--` include, resolved as pymdownx.snippets does it (paths from
-    the repository root; `path:3:4,7:` selects lines 3-4 and 7 to the end)."""
+    the repository root; `path:3:4,7:` selects lines 3-4 and 7 to the end,
+    `path:name` the lines between the markers `--8<-- [start:name]` and
+    `--8<-- [end:name]`)."""
     path, _, spec = target.partition(":")
     file = ROOT / path
     lines = file.read_text(encoding="utf-8").splitlines(keepends=True)
     if not spec:
         return file, "".join(lines)
+    if SECTION_NAME.fullmatch(spec):
+        start = [i for i, line in enumerate(lines) if f"--8<-- [start:{spec}]" in line]
+        end = [i for i, line in enumerate(lines) if f"--8<-- [end:{spec}]" in line]
+        if len(start) != 1 or len(end) != 1 or end[0] < start[0]:
+            return file, ""   # pymdownx would include nothing: a failure below
+        return file, "".join(lines[start[0] + 1:end[0]])
     out = []
     for part in spec.split(","):
         start, _, end = part.partition(":")
@@ -338,12 +347,23 @@ def site(tmp_path_factory):
 
 #: The public modules whose every name (their __all__) the reference documents.
 PUBLIC_MODULES = ("pylimiter", "pylimiter.prometheus", "pylimiter.pulsar.balance",
-                  "pylimiter.pulsar.cache", "pylimiter.pulsar.cursor")
+                  "pylimiter.pulsar.cache", "pylimiter.pulsar.cursor",
+                  # The framework integrations (each needs its extra installed).
+                  "pylimiter.asgi", "pylimiter.aiohttp", "pylimiter.grpc", "pylimiter.httpx",
+                  "pylimiter.otel")
 
 
 def _public_names() -> list[str]:
-    return [f"{name}.{attr}" for name in PUBLIC_MODULES
-            for attr in importlib.import_module(name).__all__]
+    """Every name of every public module's __all__, and the modules
+    themselves (each integration has a page of its own)."""
+    names = []
+    for name in PUBLIC_MODULES:
+        module = importlib.import_module(name)
+        if name != "pylimiter":
+            names.append(name)
+        names += [f"{name}.{attr}" for attr in module.__all__]
+    return names
+
 
 
 @pytest.mark.slow
