@@ -346,23 +346,19 @@ def site(tmp_path_factory):
 
 
 #: The public modules whose every name (their __all__) the reference documents.
+#: The framework integrations (each needs its extra, which the dev
+#: environment installs): each has a page of its own, headed by its module.
+INTEGRATION_MODULES = ("pylimiter.asgi", "pylimiter.aiohttp", "pylimiter.grpc",
+                       "pylimiter.httpx", "pylimiter.otel")
 PUBLIC_MODULES = ("pylimiter", "pylimiter.prometheus", "pylimiter.pulsar.balance",
-                  "pylimiter.pulsar.cache", "pylimiter.pulsar.cursor",
-                  # The framework integrations (each needs its extra installed).
-                  "pylimiter.asgi", "pylimiter.aiohttp", "pylimiter.grpc", "pylimiter.httpx",
-                  "pylimiter.otel")
+                  "pylimiter.pulsar.cache", "pylimiter.pulsar.cursor", *INTEGRATION_MODULES)
 
 
 def _public_names() -> list[str]:
-    """Every name of every public module's __all__, and the modules
-    themselves (each integration has a page of its own)."""
-    names = []
-    for name in PUBLIC_MODULES:
-        module = importlib.import_module(name)
-        if name != "pylimiter":
-            names.append(name)
-        names += [f"{name}.{attr}" for attr in module.__all__]
-    return names
+    """Every name of every public module's __all__, and each integration
+    module itself."""
+    return [*INTEGRATION_MODULES, *(f"{name}.{attr}" for name in PUBLIC_MODULES
+                                    for attr in importlib.import_module(name).__all__)]
 
 
 
