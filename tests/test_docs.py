@@ -4,7 +4,9 @@
 - no page uses the project's internal references ("issue 18", "seed 003"):
   a reader from a search engine cannot follow them;
 - the Performance page includes the table of benchmarks/results/figures.md
-  (the file `make bench-table` writes), not a copy of it;
+  (the file `make bench-table` writes), not a copy of it; so do the
+  host-wide limiter's and the frameworks' pages with their benchmarks'
+  tables (results/shared_bench.md; a marked section of benchmarks/README.md);
 - the simulator pages' flag tables agree with the commands' own --help: every
   flag exists, every broker.conf key is the one the flag names, every
   default is the command's, and every flag of the command is listed;
@@ -152,6 +154,19 @@ def test_performance_page_includes_the_figures_table():
         "the table: adjust the line ranges in docs/performance.md"
     assert len(table) >= 10
     assert JARGON.findall(text) == []
+
+
+@pytest.mark.parametrize("page, target, first_column", [
+    ("many-processes.md", "benchmarks/results/shared_bench.md", "figure"),
+    ("frameworks.md", "benchmarks/README.md:http-bench", "in process, thread CPU time"),
+])
+def test_guide_pages_include_their_benchmark_tables(page, target, first_column):
+    # Included from the files a benchmark run writes (or between section
+    # markers there), never copied: a new run updates the page.
+    assert target in SNIPPET.findall((DOCS / page).read_text(encoding="utf-8"))
+    table = [line for line in _snippet(target)[1].splitlines() if line.startswith("|")]
+    assert table and table[0].startswith(f"| {first_column} |"), table[:1]
+    assert len(table) >= 6
 
 
 def test_snippets_resolve():
