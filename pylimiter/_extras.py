@@ -23,6 +23,10 @@ EXTRAS: dict[str, tuple[str, ...]] = {
                   "google-re2>=1.1", "google-crc32c>=1.5"),
     "prometheus": ("prometheus_client>=0.21",),
     "aiohttp": ("aiohttp>=3.9", "prometheus_client>=0.21"),
+    "asgi": (),
+    "grpc": ("grpcio>=1.59", "protobuf>=4.21"),
+    "httpx": ("httpx>=0.25",),
+    "otel": ("opentelemetry-api>=1.20",),
 }
 
 #: import name -> the distribution that provides it, where the two differ
@@ -33,6 +37,8 @@ PROVIDERS: dict[str, str] = {
     "re2": "google-re2",
     "google_crc32c": "google-crc32c",
     "py4j": "py4j",   # comes with pyspark
+    "grpc": "grpcio",
+    "opentelemetry": "opentelemetry-api",
 }
 
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
