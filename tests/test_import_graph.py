@@ -6,10 +6,11 @@ time), read with ast from the sources (the .pyx by its import lines), so the
 test needs nothing built and nothing imported.
 
 Up and down: the limiter core (``pylimiter``, ``pylimiter._*``,
-``pylimiter.prometheus``) at the bottom; the shared kits
-(``pylimiter.spark``, ``pylimiter.pulsar`` and its ``_settings``) above it;
-the command packages (``pylimiter.bench``, each ``pylimiter.pulsar.<x>``) on
-top, never importing each other.  Inside a command package the driver
+``pylimiter.prometheus``) at the bottom; the one shared command kit
+(``pylimiter.spark``: settings, progress, reports, timing) and the
+``pylimiter.pulsar`` package above it; the command packages
+(``pylimiter.bench``, each ``pylimiter.pulsar.<x>``) on top, never importing
+each other.  Inside a command package the driver
 (``pipeline``, ``cli``) and its ``report`` are the top: only ``__main__``
 imports the driver, and only the driver imports the report.
 """
@@ -134,12 +135,11 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 
 
 def tier(module: str) -> int:
-    """0: the limiter core; 1: the shared kits; 2: a command package."""
+    """0: the limiter core; 1: the shared kit; 2: a command package."""
     parts = module.split(".")
     if len(parts) == 1 or parts[1].startswith("_") or parts[1] == "prometheus":
         return 0
-    if parts[1] == "spark" or module == "pylimiter.pulsar" or \
-            (parts[1] == "pulsar" and parts[2].startswith("_")):
+    if parts[1] == "spark" or module == "pylimiter.pulsar":
         return 1
     return 2
 

@@ -1,8 +1,9 @@
-"""The one Spark, rows, progress and report kit shared by pylimiter's pipelines.
+"""The one command kit shared by pylimiter's commands: Spark, rows, progress,
+reports, settings and side-by-side timing.
 
-The limiter's benchmark grid (``pylimiter.bench``) and every broker-subsystem
-simulator under ``pylimiter.pulsar`` build on these modules instead of
-carrying their own plumbing:
+The limiter's benchmark grid (``pylimiter.bench``) and every broker subsystem
+under ``pylimiter.pulsar`` (its library, its simulator or service) build on
+these modules instead of carrying their own plumbing:
 
 ``session``   the run flags every pipeline takes (``--master``, ``--out``,
               ``--no-progress``); start or adopt a SparkSession
@@ -15,7 +16,13 @@ carrying their own plumbing:
               polled from the status tracker, and one over driver-side steps;
 ``report``    matplotlib without a display, figure saving, and the static
               HTML page (environment block, verdict, figures, tables), and
-              ``reports/index.html``, which links every report of a run.
+              ``reports/index.html``, which links every report of a run;
+``settings``  Pulsar settings, each declared once with its broker.conf key,
+              default, unit and range: the config-file reader, the flags,
+              the report's settings table;
+``show``      a caller's value as an error message quotes it;
+``interleave``  side-by-side timing: sides run in interleaved rounds, the
+              order flipped, a figure per round, its median over rounds.
 
 Every pipeline's ``report.write_report(out, result, *, spark_version,
 command)`` draws its page with ``report``.  Importing this package needs

@@ -43,7 +43,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Optional
 
-from .._settings import ConfigError, Settings as _Settings, setting
+from ...spark.settings import ConfigError, Settings as _Settings, setting
 from .bundles import Bundle, NamespaceBundles
 from .load import BrokerLoad, BundleLoad, LoadWeights, ResourceUsage
 from .placement import LeastLongTermMessageRate, UniformRandom

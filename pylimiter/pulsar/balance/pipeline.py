@@ -29,7 +29,7 @@ from ..._cli import (
     subparsers,
 )
 from ...spark.progress import JobProgress
-from .._settings import add_setting_flags, setting_overrides
+from ...spark.settings import add_setting_flags, setting_overrides
 from ...spark.report import command_line, plural
 from ...spark.rows import schema
 from ...spark.session import (

@@ -42,7 +42,7 @@ from ...spark.session import (
     spark_session,
     write_table,
 )
-from .._settings import add_setting_flags, add_sweep_flag, setting_overrides
+from ...spark.settings import add_setting_flags, add_sweep_flag, setting_overrides
 from ._common import CacheSettings
 from .policies import POLICIES
 from .replay import RESULT_FIELDS

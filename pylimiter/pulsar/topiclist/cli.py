@@ -43,7 +43,7 @@ NEEDS = ("google.protobuf", "re2", "google_crc32c", "aiohttp", "prometheus_clien
 
 def _limit_args(ap):
     from .limits import TopicListConfig
-    from .._settings import add_setting_flags
+    from ...spark.settings import add_setting_flags
 
     group = ap.add_argument_group("settings (override the config file)")
     group.add_argument("--config", type=Path,
@@ -128,7 +128,7 @@ def _given(args, name: str):
 
 
 def _config(args):
-    from .._settings import setting_overrides
+    from ...spark.settings import setting_overrides
     from .limits import ConfigError, TopicListConfig
 
     try:

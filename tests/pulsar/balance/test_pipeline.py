@@ -14,7 +14,7 @@ import threading
 import pytest
 
 from pylimiter._cli import run
-from pylimiter.pulsar._settings import flag_of
+from pylimiter.spark.settings import flag_of
 from pylimiter.pulsar.balance.cluster import Settings
 from pylimiter.pulsar.balance.generate import GeneratorSpec
 from pylimiter.pulsar.balance.pipeline import PROG, build_parser, main

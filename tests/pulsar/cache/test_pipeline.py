@@ -81,7 +81,7 @@ def test_cli_version_and_help():
 
 
 def test_flags_keys_and_defaults_come_from_the_declaration():
-    from pylimiter.pulsar._settings import flag_of
+    from pylimiter.spark.settings import flag_of
     from pylimiter.pulsar.cache import SETTINGS
     from pylimiter.pulsar.cache._common import CacheSettings
     from pylimiter.pulsar.cache.pipeline import build_parser, settings_from
