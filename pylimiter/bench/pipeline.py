@@ -31,18 +31,14 @@ from .._cli import (
     positive_int,
     run,  # re-exported: __main__.py is `run(main, PROG)` and nothing else
 )
-from ..spark.progress import JobProgress
+from ..spark.progress import JobProgress, job_description
 from ..spark.report import command_line, plural
 from ..spark.rows import failure_row, schema, typed_row
-from ..spark.session import (
-    add_run_flags,
-    check_executors,
-    job_description,
-    preflight,
-    run_conf,
-    spark_session,
-    write_table,
-)
+from ..spark.executors import check_executors
+from ..spark.flags import add_run_flags, run_conf
+from ..spark.master import preflight
+from ..spark.session import spark_session
+from ..spark.tables import write_table
 from .report import RunResult, print_summary, write_report
 from .scenarios import IMPLEMENTATIONS, SCENARIOS
 

@@ -5,11 +5,17 @@ The limiter's benchmark grid (``pylimiter.bench``) and every broker subsystem
 under ``pylimiter.pulsar`` (its library, its simulator or service) build on
 these modules instead of carrying their own plumbing:
 
-``session``   the run flags every pipeline takes (``--master``, ``--out``,
-              ``--no-progress``); start or adopt a SparkSession
-              (``local[*]`` by default, any master URL checked before the
-              JVM starts), quiet log4j, write small result tables as
-              Parquet and CSV;
+``flags``     the run flags every pipeline takes (``--master``,
+              ``--executor-env``, ``--conf``, ``--out``, ``--no-progress``)
+              and the Spark settings they stand for;
+``master``    master URLs checked before any JVM starts (``local[*]`` by
+              default), and ``preflight``, a pipeline's first step;
+``session``   start or adopt a SparkSession, quiet log4j, JVM output kept
+              off the terminal, the session stopped on exit;
+``errors``    a Spark or Py4J failure said in one line (its root cause);
+``executors`` a cluster's executors checked before any work;
+``interrupts``  Ctrl-C while jobs run: one line, the jobs cancelled;
+``tables``    small result tables written by the driver as Parquet and CSV;
 ``rows``      a table's fields declared once as (name, type) pairs: its
               schema, rows typed for it, the row of a failed task;
 ``progress``  a rich progress bar over the tasks of one Spark job group,
@@ -30,14 +36,11 @@ nothing beyond the standard library; pyspark, rich and matplotlib (the
 ``spark`` extra) are imported by the functions that use them.
 """
 
-from .session import (
-    UsageError,
-    add_run_flags,
-    check_master,
-    spark_session,
-    start_spark,
-    write_table,
-)
+from .._cli import UsageError
+from .flags import add_run_flags
+from .master import check_master
+from .session import spark_session, start_spark
+from .tables import write_table
 
 __all__ = ["UsageError", "add_run_flags", "check_master", "spark_session", "start_spark",
            "write_table"]

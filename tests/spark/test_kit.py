@@ -14,13 +14,10 @@ from tests._helpers import needs_pyspark
 
 from pylimiter.spark import report
 from pylimiter.spark.progress import JobProgress, StepProgress
-from pylimiter.spark.session import (
-    UsageError,
-    check_master,
-    preflight,
-    spark_session,
-    write_table,
-)
+from pylimiter.spark import UsageError
+from pylimiter.spark.master import check_master, preflight
+from pylimiter.spark.session import spark_session
+from pylimiter.spark.tables import write_table
 
 
 @needs_pyspark
@@ -180,7 +177,7 @@ def test_cancel_on_interrupt_turns_ctrl_c_into_keyboard_interrupt(spark, capsys)
     import signal
     import threading
 
-    from pylimiter.spark.session import cancel_on_interrupt
+    from pylimiter.spark.interrupts import cancel_on_interrupt
 
     sc = spark.sparkContext
 
@@ -246,7 +243,7 @@ def test_schema_of_the_fields_and_unknown_types_refused(spark):
 def test_run_flags_master_out_progress_and_report(tmp_path, capsys):
     import argparse
 
-    from pylimiter.spark.session import add_run_flags
+    from pylimiter.spark.flags import add_run_flags
 
     ap = argparse.ArgumentParser()
     add_run_flags(ap, tmp_path / "default-out")
@@ -295,3 +292,18 @@ def test_pysparks_pandas_notice_alone_is_silenced():
                       "may not work correctly.", FutureWarning)
         warnings.warn("another FutureWarning", FutureWarning)
     assert [str(w.message) for w in seen] == ["another FutureWarning"]
+
+
+def test_the_package_names_are_the_concern_modules_own():
+    # session.py was split by concern; the package's public names stayed.
+    import pylimiter.spark as kit
+    from pylimiter.spark import flags, master, session, tables
+
+    assert sorted(kit.__all__) == ["UsageError", "add_run_flags", "check_master",
+                                   "spark_session", "start_spark", "write_table"]
+    assert kit.add_run_flags is flags.add_run_flags
+    assert kit.check_master is master.check_master
+    assert kit.spark_session is session.spark_session
+    assert kit.start_spark is session.start_spark
+    assert kit.write_table is tables.write_table
+    assert issubclass(kit.UsageError, Exception)

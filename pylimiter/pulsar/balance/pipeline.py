@@ -32,15 +32,11 @@ from ...spark.progress import JobProgress
 from ...spark.settings import add_setting_flags, setting_overrides
 from ...spark.report import command_line, plural
 from ...spark.rows import schema
-from ...spark.session import (
-    add_run_flags,
-    check_executors,
-    preflight,
-    run_conf,
-    spark_session,
-    sql_conf,
-    write_table,
-)
+from ...spark.executors import check_executors
+from ...spark.flags import add_run_flags, run_conf
+from ...spark.master import preflight
+from ...spark.session import spark_session, sql_conf
+from ...spark.tables import write_table
 from .cluster import STRATEGIES, BrokerCapacity, Settings
 from .generate import GeneratorSpec
 from .load import LoadWeights

@@ -29,14 +29,11 @@ from ..._cli import (
 from ...spark.progress import JobProgress
 from ...spark.report import command_line, plural
 from ...spark.rows import field_names, schema, typed_row
-from ...spark.session import (
-    add_run_flags,
-    check_executors,
-    preflight,
-    run_conf,
-    spark_session,
-    write_table,
-)
+from ...spark.executors import check_executors
+from ...spark.flags import add_run_flags, run_conf
+from ...spark.master import preflight
+from ...spark.session import spark_session
+from ...spark.tables import write_table
 from .lifecycle import POLICIES
 from .replay import LIFETIME_FIELDS, SUMMARY_FIELDS, TABLES, Point, run_point
 from .report import RunResult, write_report
