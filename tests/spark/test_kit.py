@@ -307,3 +307,22 @@ def test_the_package_names_are_the_concern_modules_own():
     assert kit.start_spark is session.start_spark
     assert kit.write_table is tables.write_table
     assert issubclass(kit.UsageError, Exception)
+
+
+def test_run_result_is_defined_once_in_the_kit():
+    # Every pipeline's write_report takes the one RunResult: tables by name,
+    # settings, params, timings.
+    import ast
+    from pathlib import Path
+
+    import pylimiter
+    from pylimiter.spark.report import RunResult
+
+    root = Path(pylimiter.__file__).parent
+    where = [str(p.relative_to(root)) for p in sorted(root.rglob("*.py"))
+             for node in ast.walk(ast.parse(p.read_text(encoding="utf-8")))
+             if isinstance(node, ast.ClassDef) and node.name == "RunResult"]
+    assert where == ["spark/report.py"]
+    res = RunResult()
+    assert (res.tables, res.settings, res.params, res.timings) == ({}, None, {}, {})
+    assert RunResult().tables is not res.tables

@@ -30,7 +30,7 @@ from ..._cli import (
 )
 from ...spark.progress import JobProgress
 from ...spark.settings import add_setting_flags, setting_overrides
-from ...spark.report import command_line, plural
+from ...spark.report import RunResult, command_line, plural
 from ...spark.rows import schema
 from ...spark.executors import check_executors
 from ...spark.flags import add_run_flags, run_conf
@@ -40,7 +40,7 @@ from ...spark.tables import write_table
 from .cluster import STRATEGIES, BrokerCapacity, Settings
 from .generate import GeneratorSpec
 from .load import LoadWeights
-from .replay import TABLES, RunResult, simulate
+from .replay import TABLES, simulate
 from .report import summary_rows, write_report
 from .source import GeneratedSource, check_input, open_source
 from .split import MIB
@@ -150,24 +150,19 @@ def settings_from(args) -> Settings:
 # ---- output --------------------------------------------------------------------------
 
 
+#: The decisions table's columns (it may have no rows to take them from).
+DECISION_COLUMNS = ["strategy", "step", "action", "bundle", "namespace", "from_broker",
+                    "to_broker", "throughput", "msg_rate", "detail"]
+
+
 def write_tables(spark, res: RunResult, out: Path) -> None:
-    """Write every table (TABLES; ``res.summary`` filled in) as Parquet + CSV
+    """Write every table (TABLES; "summary" filled in) as Parquet + CSV
     under ``out``."""
     import pandas as pd
 
-    frames = {
-        "steps": pd.DataFrame(res.steps),
-        "brokers": pd.DataFrame(res.broker_steps),
-        "decisions": pd.DataFrame(res.decisions, columns=[
-            "strategy", "step", "action", "bundle", "namespace", "from_broker", "to_broker",
-            "throughput", "msg_rate", "detail"]),
-        "bundle_loads": pd.DataFrame(res.bundle_loads),
-        "bundles": pd.DataFrame(res.bundles),
-        "ownership": pd.DataFrame(res.ownership),
-        "summary": pd.DataFrame(res.summary),
-    }
     for name in TABLES:
-        df = frames[name]
+        df = pd.DataFrame(res.tables[name],
+                          columns=DECISION_COLUMNS if name == "decisions" else None)
         if name == "decisions" and df.empty:
             df = df.astype({"step": "int64", "throughput": "float64", "msg_rate": "float64"})
         write_table(spark.createDataFrame(df) if not df.empty else _empty(spark, df), out, name)
@@ -240,8 +235,8 @@ def main(argv: Optional[Sequence[str]] = None, *, spark=None) -> int:
                 source.close()
             res.timings.update(prepare_s=prepare_s, prepared_rows=n_prepared,
                                master=session.sparkContext.master)
-            res.source = _describe(args)
-            res.summary = summary_rows(res)
+            res.params["source"] = _describe(args)
+            res.tables["summary"] = summary_rows(res)
             t1 = time.perf_counter()
             write_tables(session, res, args.out)
             res.timings["write_s"] = time.perf_counter() - t1
@@ -262,13 +257,13 @@ def main(argv: Optional[Sequence[str]] = None, *, spark=None) -> int:
 def _print_summary(res: RunResult) -> None:
     tm = res.timings
     rows = tm.get("topic_rows", 0)
-    print(f"{plural(int(rows), 'topic row')}, {plural(len(res.bundles), 'bundle')} at the end "
+    print(f"{plural(int(rows), 'topic row')}, {plural(len(res.tables['bundles']), 'bundle')} at the end "
           f"after {plural(int(tm.get('splits', 0)), 'split')}; "
           f"Spark {fmt_seconds(tm.get('spark_s', 0))} "
           f"({fmt_rate(rows / tm['spark_s'], 'topic rows') if tm.get('spark_s') else 'n/a'}), "
           f"decisions {tm.get('decide_ms_per_step', 0):.1f} ms/step for "
           f"{len(STRATEGIES)} strategies, total {fmt_seconds(tm.get('total_s', 0))}")
-    for r in res.summary:
+    for r in res.tables["summary"]:
         print(f"  {r['label']:<46} spread {r['mean_spread_pct']:5.1f} points (2nd half "
               f"{r['late_spread_pct']:5.1f}), peak {r['peak_usage_pct']:5.1f}%, "
               f"{plural(r['unloads'], 'unload')} moving {r['moved_mib_per_s']:,.0f} MiB/s")

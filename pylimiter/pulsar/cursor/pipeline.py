@@ -27,7 +27,7 @@ from ..._cli import (
     subparsers,
 )
 from ...spark.progress import JobProgress
-from ...spark.report import command_line, plural
+from ...spark.report import RunResult, command_line, plural
 from ...spark.rows import field_names, schema, typed_row
 from ...spark.executors import check_executors
 from ...spark.flags import add_run_flags, run_conf
@@ -36,7 +36,7 @@ from ...spark.session import spark_session
 from ...spark.tables import write_table
 from .lifecycle import POLICIES
 from .replay import LIFETIME_FIELDS, SUMMARY_FIELDS, TABLES, Point, run_point
-from .report import RunResult, write_report
+from .report import write_report
 
 __all__ = ["PROG", "build_parser", "main", "points_of", "run"]
 
@@ -139,7 +139,8 @@ def main(argv: Sequence[str] | None = None, *, spark=None) -> int:
             write_table(session.createDataFrame(rows, schema(TABLES[name])), args.out, name)
         spark_version = session.version
     wall = time.perf_counter() - t0
-    res = RunResult(points, tables, wall_s=wall, task_seconds=sum(r[2] for r in collected))
+    res = RunResult(tables=tables, params={"points": points},
+                    timings={"wall_s": wall, "task_s": sum(r[2] for r in collected)})
     index = write_report(args.out, res, spark_version=spark_version,
                          command=command_line(PROG, argv))
     names = field_names(SUMMARY_FIELDS)
