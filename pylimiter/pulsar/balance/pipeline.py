@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import time
+from dataclasses import asdict
 from pathlib import Path
 from typing import Optional, Sequence
 
@@ -95,19 +96,26 @@ def build_parser() -> argparse.ArgumentParser:
                      help="Parquet, CSV (with header) or JSON lines: one row per topic per step "
                           "with step, topic, msg_rate_in, msg_rate_out, msg_throughput_in, "
                           "msg_throughput_out (bytes/s), producers, consumers")
-    src.add_argument("--topics", type=positive_int, default=600_000, help="generated topics")
-    src.add_argument("--namespaces", type=positive_int, default=200,
+    src.add_argument("--topics", type=positive_int, default=GeneratorSpec.topics,
+                     help="generated topics")
+    src.add_argument("--namespaces", type=positive_int, default=GeneratorSpec.namespaces,
                      help="generated namespaces")
-    src.add_argument("--steps", type=positive_int, default=60,
+    src.add_argument("--steps", type=positive_int, default=GeneratorSpec.steps,
                      help="generated steps (load-manager ticks of a minute)")
-    src.add_argument("--seed", type=int, default=1,
+    src.add_argument("--seed", type=int, default=GeneratorSpec.seed,
                      help="seed of the generated cluster and of every random choice")
     cl = p.add_argument_group("brokers (the usage model: CPU from msg/s, bandwidth from bytes/s)")
     cl.add_argument("--brokers", type=positive_int, default=20, help="brokers in the cluster")
-    cl.add_argument("--broker-msg-rate", type=positive_float, default=200_000,
-                    help="messages/s (in+out) a broker handles at 100%% CPU")
-    cl.add_argument("--broker-bandwidth-mbytes", type=positive_float, default=200,
-                    help="NIC capacity per direction, MiB/s")
+    # String defaults, run through the type like a given value: --help shows
+    # 200000, not 200000.0.
+    cl.add_argument("--broker-msg-rate", type=positive_float,
+                    default=f"{BrokerCapacity.msg_rate:g}",
+                    help="messages/s (in+out) a broker handles at 100%% CPU (Pulsar measures "
+                         "the CPU)")
+    cl.add_argument("--broker-bandwidth-mbytes", type=positive_float,
+                    default=f"{BrokerCapacity.bandwidth_in / MIB:g}",
+                    help="NIC capacity per direction, MiB/s (Pulsar reads the NIC's speed, "
+                         "or loadBalancerOverrideBrokerNicSpeedGbps)")
     sp = p.add_argument_group("bundle splitting")
     add_setting_flags(sp, Settings, group="split")
     sp.add_argument("--split-positions", type=_positions, default=None, metavar="H1,H2,...",
@@ -116,7 +124,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_setting_flags(sh, Settings, group="shedding")
     # A string default: argparse runs it through _weights, and --help shows it.
     sh.add_argument("--weights", type=_weights, metavar="NAME=W,...",
-                    default="cpu=1,memory=0,direct_memory=0,bandwidth_in=1,bandwidth_out=1",
+                    default=",".join(f"{k}={v:g}" for k, v in asdict(LoadWeights()).items()),
                     help="loadBalancer*ResourceWeight by name (others keep Pulsar's default)")
     add_run_flags(p, DEFAULT_OUT, no_report=True)
     return ap
