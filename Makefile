@@ -6,7 +6,7 @@ PURE_VENV ?= .venv-pure
 
 .PHONY: all venv build debug test test-c test-py test-pure test-dbg dbg-python test-pythons bench \
 	bench-micro asv java clean \
-	wheels check-wheels wheel-cp311 test-aarch64 model-check relacy proto bench-table \
+	wheels check-wheels wheel-cp311 test-aarch64 model-check relacy spin proto bench-table \
 	cursor-sim cursor-bench cache-sim cache-bench balance
 
 all: build
@@ -39,7 +39,7 @@ debug: venv
 # Every stage runs even when one before it failed; the last lines say which
 # failed, and make fails if any did.
 TEST_STAGES := lint pytest pure-mode test-pure test-dbg
-test: build relacy
+test: build relacy spin
 	@failed=""; \
 	for stage in $(TEST_STAGES); do \
 	    echo "== make test: $$stage"; \
@@ -100,7 +100,9 @@ DBG_CORE := tests/test_api.py tests/test_semaphore.py tests/test_dual.py tests/t
 	tests/test_wakeups.py tests/test_await_path.py tests/test_timers.py tests/test_switch.py \
 	tests/test_prometheus.py tests/test_differential.py tests/test_crash.py \
 	tests/test_attributes.py tests/test_misuse.py tests/test_base_exceptions.py \
-	tests/test_twin_parity.py tests/test_hostile.py
+	tests/test_twin_parity.py tests/test_hostile.py \
+	tests/shared/test_api.py tests/shared/test_processes.py tests/shared/test_death.py \
+	tests/shared/test_hostile.py
 # The Spark pipeline is left out: this venv has no PySpark.
 DBG_CACHE := $(filter-out %/test_pipeline.py,$(wildcard tests/pulsar/cache/test_*.py))
 DBG_STRESS := tests/test_wakeups.py tests/test_habits.py tests/test_await_path.py \
@@ -155,6 +157,15 @@ relacy:
 	      apt-get install -y -qq relacy-dev g++ >/dev/null; } ; } || true
 	@test -f $(RELACY) || echo "memory-model check NOT run: $(RELACY) is missing" \
 	    "and relacy-dev cannot be installed here (needs root and apt-get)"
+
+# spin, for the model of the host-wide limiter's cross-process protocol
+# (tests/shared/test_shm_model.py), as relacy-dev above.
+spin:
+	@command -v spin >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && \
+	    { apt-get update -qq && DEBIAN_FRONTEND=noninteractive \
+	      apt-get install -y -qq spin >/dev/null; } ; } || true
+	@command -v spin >/dev/null 2>&1 || echo "host-wide limiter model check NOT run: spin is" \
+	    "missing and cannot be installed here (needs root and apt-get)"
 
 test-c: build
 	$(PY) -m pytest tests/test_c_core.py

@@ -1,5 +1,6 @@
-"""Build configuration: the two C extensions (the limiter, pylimiter._limiter_c;
-the broker entry cache, pylimiter.pulsar.cache._cache_c) and their switches.
+"""Build configuration: the C extensions (the limiter, pylimiter._limiter_c;
+the broker entry cache, pylimiter.pulsar.cache._cache_c; on Linux the
+host-wide limiter, pylimiter._shared_c) and their switches.
 
 PYLIMITER_NO_EXTENSIONS=1     build and install the pure-Python package only
 PYLIMITER_DEBUG_BUILD=1       -O0 -g3, assertions and PLIM_DEBUG on
@@ -73,9 +74,24 @@ else:
         extra_link_args=ldflags,
         define_macros=macros,
     )
+    exts = [ext, cache_ext]
+    # The host-wide limiter (issue 33): Linux only (futexes, OFD locks);
+    # elsewhere pylimiter uses the pure twin, whose constructors refuse the
+    # platform.  _shared_init.c is its module entry point.
+    import sys
+
+    if sys.platform.startswith("linux"):
+        exts.append(Extension(
+            "pylimiter._shared_c",
+            sources=["pylimiter/_shared_c.pyx", "csrc/plim_shm.c", "pylimiter/_shared_init.c"],
+            include_dirs=["csrc"],
+            extra_compile_args=cflags,
+            extra_link_args=ldflags,
+            define_macros=macros,
+        ))
     setup(
         ext_modules=cythonize(
-            [ext, cache_ext],
+            exts,
             compiler_directives={"language_level": "3", **directives},
         )
     )

@@ -6,6 +6,7 @@ PIP-442.  The C implementation is used unless PYLIMITER_NO_EXTENSIONS is set;
 ``IMPLEMENTATION`` says which one is active.
 """
 
+import sys
 from typing import TYPE_CHECKING
 
 from . import _impls
@@ -19,6 +20,7 @@ from ._errors import (
     PermitAcquireQueueFullError,
     PermitAcquireTimeoutError,
 )
+from ._shared_common import SharedLimiterError
 
 __version__ = "0.1.0"
 
@@ -29,6 +31,7 @@ if TYPE_CHECKING:
         DualMemoryPermit,
         SemaphorePermit,
     )
+    from ._shared_py import SharedDualMemoryLimiter, SharedSemaphore
 else:
     # The C twin unless PYLIMITER_NO_EXTENSIONS=1 (or off CPython).  No
     # fallback: a missing or broken extension is an error, not a slowdown.
@@ -37,6 +40,12 @@ else:
     AsyncSemaphore = _active.AsyncSemaphore
     DualMemoryPermit = _active.DualMemoryPermit
     SemaphorePermit = _active.SemaphorePermit
+    # The host-wide limiter's C twin is built on Linux only; elsewhere the
+    # pure twin's constructors raise NotImplementedError naming the platform.
+    _active = (_impls.active_module("shared") if sys.platform.startswith("linux")
+               else _impls.PY.module_of("shared"))
+    SharedDualMemoryLimiter = _active.SharedDualMemoryLimiter
+    SharedSemaphore = _active.SharedSemaphore
     del _active
 
 IMPLEMENTATION = _impls.ACTIVE.tag
@@ -57,5 +66,8 @@ __all__ = (
     "PermitOverflowError",
     "SemaphorePermit",
     "SemaphoreStats",
+    "SharedDualMemoryLimiter",
+    "SharedLimiterError",
+    "SharedSemaphore",
     "__version__",
 )

@@ -20,6 +20,8 @@ from ._compat import USE_EXTENSIONS
 TWINS: dict[str, tuple[str, str]] = {
     "limiter": ("pylimiter._limiter_c", "pylimiter._limiter_py"),
     "cache": ("pylimiter.pulsar.cache._cache_c", "pylimiter.pulsar.cache._cache_py"),
+    # The host-wide limiter (issue 33); built on Linux only (futexes, OFD locks).
+    "shared": ("pylimiter._shared_c", "pylimiter._shared_py"),
 }
 #: Every compiled module a wheel must carry.
 EXTENSIONS = tuple(c for c, _ in TWINS.values())

@@ -1,4 +1,6 @@
-"""Prometheus metrics for any AsyncSemaphore or AsyncDualMemoryLimiter
+"""Prometheus metrics for any AsyncSemaphore or AsyncDualMemoryLimiter, and
+for the host-wide SharedSemaphore and SharedDualMemoryLimiter, whose values
+are the host's (every process's permits, one set of counters)
 (extra ``pylimiter-pulsar[prometheus]``).
 
 ::
@@ -144,10 +146,10 @@ class LimiterCollector:
 
     def track(self, name: str, limiter: Source, *,
               labels: Optional[Mapping[str, str]] = None) -> None:
-        """Expose `limiter` (an AsyncSemaphore or AsyncDualMemoryLimiter of
-        either implementation, or a function returning the one to read at
-        each scrape) under `name`; tracking the same name and labels again
-        replaces it."""
+        """Expose `limiter` (an AsyncSemaphore, AsyncDualMemoryLimiter,
+        SharedSemaphore or SharedDualMemoryLimiter of either implementation,
+        or a function returning the one to read at each scrape) under `name`;
+        tracking the same name and labels again replaces it."""
         if not isinstance(name, str):
             raise ValueError(f"pylimiter: invalid metric name part of type {type(name).__name__}")
         name = str.__str__(name)
