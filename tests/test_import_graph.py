@@ -11,8 +11,8 @@ Up and down: the limiter core (``pylimiter``, ``pylimiter._*``,
 ``pylimiter.prometheus``) at the bottom; the one shared command kit
 (``pylimiter.spark``: settings, progress, reports, timing) and the
 ``pylimiter.pulsar`` package above it; the command packages
-(``pylimiter.bench``, each ``pylimiter.pulsar.<x>``) on top, never importing
-each other.  Inside a command package the driver
+(``pylimiter.bench``, each ``pylimiter.pulsar.<x>``, and ``pylimiter``'s own
+``__main__``, the ``pylimiter`` command) on top, never importing each other.  Inside a command package the driver
 (``pipeline``, ``cli``) and its ``report`` are the top: only ``__main__``
 imports the driver, and only the driver imports the report.
 """
@@ -99,9 +99,10 @@ def twins() -> dict[str, tuple[str, str]]:
 def twin_loads(path: Path):
     """(twin, line) for every call of a twin loader in a .py file; twin is
     None where the name is not a string literal (the graph cannot read it)."""
-    if path.suffix != ".py":
+    text = path.read_text(encoding="utf-8") if path.suffix == ".py" else ""
+    if not any(name in text for name in TWIN_LOADERS):
         return
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+    for node in ast.walk(ast.parse(text, str(path))):
         if not isinstance(node, ast.Call):
             continue
         func = node.func
@@ -176,8 +177,11 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 
 
 def tier(module: str) -> int:
-    """0: the limiter core; 1: the shared kit; 2: a command package."""
+    """0: the limiter core; 1: the shared kit; 2: a command package (and
+    ``pylimiter.__main__``, the front door that runs them)."""
     parts = module.split(".")
+    if module == "pylimiter.__main__":
+        return 2
     if len(parts) == 1 or parts[1].startswith("_") or parts[1] == "prometheus":
         return 0
     if parts[1] == "spark" or module == "pylimiter.pulsar":
@@ -220,7 +224,7 @@ def test_the_graph_sees_imports_inside_functions_and_the_pyx():
     assert {"pylimiter._limiter_c", "pylimiter._limiter_py"} <= graph["pylimiter"]
     assert {"pylimiter.pulsar.cache._cache_c",
             "pylimiter.pulsar.cache._cache_py"} <= graph["pylimiter.pulsar.cache"]
-    assert "pylimiter._cli" in graph["pylimiter.pulsar.balance.pipeline"]
+    assert "pylimiter.spark.cli" in graph["pylimiter.pulsar.balance.pipeline"]
 
 
 def test_the_checks_can_fail():

@@ -20,7 +20,7 @@ import random
 import time
 from pathlib import Path
 
-from .._cli import (
+from ..spark.cli import (
     UsageError,
     fmt_seconds,
     make_parser,

@@ -5,6 +5,9 @@ The limiter's benchmark grid (``pylimiter.bench``) and every broker subsystem
 under ``pylimiter.pulsar`` (its library, its simulator or service) build on
 these modules instead of carrying their own plumbing:
 
+``cli``       what every command keeps to: parsers that show defaults and
+              answer --version, argparse types, exit statuses and one-line
+              errors (``run``), numbers with their units;
 ``flags``     the run flags every pipeline takes (``--master``,
               ``--executor-env``, ``--conf``, ``--out``, ``--no-progress``)
               and the Spark settings they stand for;
@@ -36,7 +39,7 @@ nothing beyond the standard library; pyspark, rich and matplotlib (the
 ``spark`` extra) are imported by the functions that use them.
 """
 
-from .._cli import UsageError
+from .cli import UsageError
 from .flags import add_run_flags
 from .master import check_master
 from .session import spark_session, start_spark

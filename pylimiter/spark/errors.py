@@ -9,7 +9,7 @@ import contextlib
 import re
 from typing import Optional
 
-from .._cli import Failure
+from .cli import Failure
 
 __all__ = ["SparkError", "jvm_start_cause", "root_cause", "spark_errors"]
 

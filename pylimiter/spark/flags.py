@@ -10,7 +10,7 @@ import re
 from pathlib import Path
 from typing import Mapping, Optional
 
-from .._cli import UsageError, writable_dir
+from .cli import UsageError, writable_dir
 from .master import DEFAULT_MASTER, is_local
 
 __all__ = ["ENV_NAME", "add_run_flags", "executor_env", "run_conf", "spark_setting"]

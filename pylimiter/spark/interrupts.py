@@ -8,7 +8,7 @@ import contextlib
 import signal
 import threading
 
-from .._cli import announce_interrupt
+from .cli import announce_interrupt
 
 __all__ = ["cancel_on_interrupt"]
 
@@ -17,7 +17,7 @@ def cancel_on_interrupt(sc, prog: str):
     """cancel_on_interrupt turns Ctrl-C while Spark jobs run into a clean
     stop: one line on stderr at once (``prog: interrupted``, never again),
     the jobs cancelled, and KeyboardInterrupt raised once the driver's
-    blocking call has returned (``pylimiter._cli.run`` then exits 130).
+    blocking call has returned (``pylimiter.spark.cli.run`` then exits 130).
 
     pyspark's own SIGINT handler calls into the JVM from inside the signal
     handler, on the very py4j connection the interrupted call is reading,

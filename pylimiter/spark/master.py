@@ -15,7 +15,7 @@ import socket
 from typing import Optional, Sequence
 from urllib.parse import urlparse
 
-from .._cli import UsageError, require
+from .cli import UsageError, require
 
 __all__ = ["DEFAULT_MASTER", "check_master", "is_local", "master_url", "preflight",
            "validate_master"]

@@ -18,7 +18,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Optional, Sequence
 
-from ..._cli import (
+from ...spark.cli import (
     UsageError,
     fmt_rate,
     fmt_seconds,
@@ -208,7 +208,7 @@ def _describe(args) -> str:
 
 def main(argv: Optional[Sequence[str]] = None, *, spark=None) -> int:
     """``simulate``: returns 0; UsageError for bad input (exit 2 via
-    ``pylimiter._cli.run``)."""
+    ``pylimiter.spark.cli.run``)."""
     args = build_parser().parse_args(argv)
     settings = settings_from(args)
     preflight(args.master, spark, ["pyspark", "pandas", "matplotlib", "rich"])

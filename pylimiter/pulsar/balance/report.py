@@ -8,7 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Optional
 
-from ..._cli import fmt_seconds
+from ...spark.cli import fmt_seconds
 from ...spark.report import (
     FIGURE_DPI,
     FULL_WIDTH_IN,

@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 from typing import Optional, Sequence
 
-from ..._cli import (
+from ...spark.cli import (
     UsageError,
     fmt_bytes,
     fmt_seconds,

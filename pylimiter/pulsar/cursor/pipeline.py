@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from dataclasses import asdict
 from pathlib import Path
 
-from ..._cli import (
+from ...spark.cli import (
     fmt_bytes,
     fmt_seconds,
     make_parser,

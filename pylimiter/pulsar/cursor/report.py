@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Optional
 
-from ..._cli import fmt_bytes, fmt_seconds
+from ...spark.cli import fmt_bytes, fmt_seconds
 from ...spark.report import (
     FULL_WIDTH_IN,
     ReportPage,

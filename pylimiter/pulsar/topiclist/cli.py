@@ -1,7 +1,7 @@
 """The command line of ``python -m pylimiter.pulsar.topiclist {broker,proxy,load}``.
 
 `main(argv)` returns the exit status; __main__.py runs it through the shared
-runner, pylimiter._cli.run, which turns errors into one line and status
+runner, pylimiter.spark.cli.run, which turns errors into one line and status
 2/1/130."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import textwrap
 from dataclasses import replace
 from pathlib import Path
 
-from pylimiter._cli import (
+from pylimiter.spark.cli import (
     UsageError,
     fmt_bytes,
     fmt_rate,

@@ -18,7 +18,7 @@ from pylimiter.pulsar.topiclist.cli import NEEDS  # noqa: E402  (the extra's mod
 for _module in NEEDS:
     pytest.importorskip(_module)
 
-from pylimiter._cli import run  # noqa: E402
+from pylimiter.spark.cli import run  # noqa: E402
 from pylimiter.pulsar.topiclist import protocol  # noqa: E402
 from pylimiter.pulsar.topiclist.broker import Broker  # noqa: E402
 from pylimiter.pulsar.topiclist.cli import PROG, main  # noqa: E402
