@@ -237,9 +237,9 @@ def parent(args) -> int:
 
 
 def main(argv=None) -> int:
-    from pylimiter._cli import make_parser, positive_float, run
+    from pylimiter.spark.cli import make_parser, positive_float, run
 
-    from pylimiter._cli import name_list as names
+    from pylimiter.spark.cli import name_list as names
 
     from .figures import BY_KEY
 

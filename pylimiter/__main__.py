@@ -53,7 +53,7 @@ def usage() -> str:
 
 def version() -> str:
     from pylimiter import IMPLEMENTATION, __version__
-    from pylimiter._cli import DISTRIBUTION
+    from pylimiter.spark.cli import DISTRIBUTION
 
     return f"{PROG} ({DISTRIBUTION} {__version__}, {IMPLEMENTATION} implementation)"
 

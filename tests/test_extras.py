@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from pylimiter import _extras
-from pylimiter._cli import UsageError, require
+from pylimiter.spark.cli import UsageError, require
 
 ROOT = Path(__file__).resolve().parent.parent
 PYPROJECT = ROOT / "pyproject.toml"

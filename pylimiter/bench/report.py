@@ -11,13 +11,13 @@ table is computed from the summary table.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Optional
+from typing import Optional
 
 from ..spark.report import (
     FULL_WIDTH_IN,
     ReportPage,
+    RunResult,
     Verdict,
     environment,
     plural,
@@ -25,27 +25,10 @@ from ..spark.report import (
     save_figure,
 )
 
-__all__ = ["RunResult", "print_summary", "summary_rows", "verdict", "write_report"]
+__all__ = ["print_summary", "summary_rows", "verdict", "write_report"]
 
 IMPL_COLORS = {"c": "#1f77b4", "python": "#ff7f0e", "anchor": "#555555"}
 IMPL_LABELS = {"c": "pylimiter (C)", "python": "pylimiter (pure Python)"}
-
-
-
-
-@dataclass
-class RunResult:
-    """What a grid run produced, as pandas frames (None where nothing ran):
-    the summary and the per-trial results of the grid, the scaling summary
-    and its trials; and where and how long it ran."""
-
-    summary: Any = None
-    results: Any = None
-    scaling: Any = None
-    scaling_trials: Any = None
-    master: str = ""
-    trials: int = 0
-    elapsed_s: float = 0.0
 
 
 def _ok(v) -> bool:
@@ -448,10 +431,13 @@ SUMMARY_FORMATS = {"ns/op": "{:,.0f}", "anchor ns/op": "{:,.0f}", "wait p50 µs"
 
 def write_report(out: Path, res: RunResult, *, spark_version: Optional[str],
                  command: str) -> Path:
-    """Plots and ``out/index.html``; returns the page's path."""
+    """Plots and ``out/index.html``; returns the page's path.  ``res``: the
+    tables "summary" and "results" of the grid, "scaling" and
+    "scaling_trials" of the scaling runs, as pandas frames (absent where
+    nothing ran); params ``master`` and ``trials``; timings ``elapsed_s``."""
     out = Path(out)
-    summary, results, scaling, scaling_trials = (res.summary, res.results, res.scaling,
-                                                 res.scaling_trials)
+    summary, results, scaling, scaling_trials = (
+        res.tables.get(name) for name in ("summary", "results", "scaling", "scaling_trials"))
     figs = []
     if summary is not None:
         if plot_speedup(summary, out / "speedup.png"):
@@ -470,7 +456,8 @@ def write_report(out: Path, res: RunResult, *, spark_version: Optional[str],
                      "k executors at once, each hammering its own limiter."))
     page = ReportPage(
         "pylimiter benchmark grid",
-        subtitle=f"master={res.master}  trials={res.trials}  elapsed={res.elapsed_s:.0f} s",
+        subtitle=f"master={res.params['master']}  trials={res.params['trials']}  "
+                 f"elapsed={res.timings['elapsed_s']:.0f} s",
         command=command, env=environment(spark_version))
     page.verdicts(verdict(summary, scaling) or [Verdict("The grid ran", "no grid trials "
                                                         "were run", None)])

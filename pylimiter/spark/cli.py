@@ -10,7 +10,9 @@
   any work starts;
 - numbers printed rounded, with their units (``fmt_*``).
 
-``pylimiter.spark.session.UsageError`` is this module's UsageError.
+Needs the standard library only (the topic-list service, which has no
+Spark, builds its command on it too).  ``pylimiter.spark.UsageError`` is
+this module's UsageError.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ import tempfile
 from pathlib import Path
 from typing import Any, Callable, Optional, Sequence
 
-from ._extras import missing
+from .._extras import missing
 
 DISTRIBUTION = "pylimiter-pulsar"
 
