@@ -106,6 +106,15 @@ _Context = contextvars.Context
 _heappush = heapq.heappush
 _heappop = heapq.heappop
 
+#: How often a wake batch's runner is scheduled again at once when
+#: call_soon(_threadsafe) raised (a signal handler's exception passes on the
+#: first retry; a MemoryError that persists is left to later events).
+_SCHEDULE_TRIES = 3
+#: A blocking wait re-reads its request's state this often (seconds), so
+#: that a wake-up lost to an interrupted releaser (issue 32, G2) costs a
+#: delay, never a wait for ever.
+_POLL_S = 0.5
+
 #: What ``is_cancelled`` may be: a callable answering "give up?", or None.
 IsCancelled = Optional[Callable[[], object]]
 _Callback = Callable[[Any], object]
@@ -302,6 +311,7 @@ class _LoopState(NoCopy):
         "late",
         "loop",
         "nq",
+        "scheduled",
         "sem",
         "seq",
         "timer",
@@ -314,7 +324,8 @@ class _LoopState(NoCopy):
     def _init(self, sem: AsyncSemaphore, loop: asyncio.AbstractEventLoop) -> None:
         self.sem = sem
         self.loop = loop
-        self.batch: list[_Waiter] | None = None   # None: no runner scheduled
+        self.batch: list[_Waiter] | None = None   # the wake batch; None: empty
+        self.scheduled = False                     # a runner is on its way for it
         self.nq = 0                                    # queued waiters of this loop
         self.timer: asyncio.TimerHandle | None = None
         self.timer_at = 0.0
@@ -322,16 +333,58 @@ class _LoopState(NoCopy):
         self.late: list[tuple[float, int, _Waiter]] = []   # heap: out-of-order ones
         self.seq = 0
 
+    def _claim(self) -> bool:
+        """Under the lock: True if a batch is pending with no runner on its
+        way, which the caller is now to schedule."""
+        with self.sem._lock:
+            if self.batch is None or self.scheduled:
+                return False
+            self.scheduled = True
+            return True
+
     def schedule(self) -> None:
-        """A batch was just started: run it soon on the loop."""
+        """Make sure a runner is scheduled for the pending batch.
+
+        Any BaseException from call_soon/call_soon_threadsafe (a
+        KeyboardInterrupt from a signal handler run inside it, a MemoryError
+        allocating its Handle) leaves the batch pending and unscheduled, so
+        the call is tried again at once, up to _SCHEDULE_TRIES times; the
+        first such exception is raised once the runner is scheduled (or the
+        tries are spent: then the next post to this loop, a cancel of one of
+        the batch's tasks or this loop's timer schedules it).  Only a closed
+        loop drops the batch (its grants go back: nobody will take them).
+        An interrupt that lands after the Handle was queued makes a second
+        runner, which finds the batch empty: harmless."""
         loop = self.loop
-        try:
-            if _get_running_loop() is loop:
-                loop.call_soon(self.run)
-            else:
-                loop.call_soon_threadsafe(self.run)
-        except RuntimeError:   # the loop is closed: nobody will take these
-            self.sem._drop_batch(self)
+        pending: BaseException | None = None
+        tries = 0
+        while True:
+            claimed = False
+            try:
+                claimed = self._claim()
+                if not claimed:
+                    break
+                if _get_running_loop() is loop:
+                    loop.call_soon(self.run)
+                else:
+                    loop.call_soon_threadsafe(self.run)
+                claimed = False
+            except BaseException as exc:
+                if claimed:
+                    with self.sem._lock:
+                        self.scheduled = False
+                if pending is None:
+                    pending = exc
+                if isinstance(exc, RuntimeError) and _is_closed(loop):
+                    if pending is exc:
+                        pending = None
+                    self.sem._drop_batch(self)
+                    break
+                tries += 1
+                if tries >= _SCHEDULE_TRIES:
+                    break
+        if pending is not None:
+            raise pending
 
     def run(self) -> None:
         """The batch runner: deliver each outcome in FIFO order.  A
@@ -343,6 +396,7 @@ class _LoopState(NoCopy):
         with sem._lock:
             batch = self.batch
             self.batch = None
+            self.scheduled = False
         if batch is None:
             self.tidy()
             return
@@ -391,6 +445,12 @@ class _LoopState(NoCopy):
         """Time out every queued waiter whose deadline has passed, then
         re-arm for the earliest one left."""
         self.timer = None
+        pending: BaseException | None = None
+        if self.batch is not None and not self.scheduled:
+            try:   # a batch whose scheduling failed (G1): on its way now
+                self.schedule()
+            except BaseException as exc:
+                pending = exc
         now = _monotonic()
         expired = []
         dq = self.deadlines
@@ -405,12 +465,12 @@ class _LoopState(NoCopy):
                 if w.state == W_QUEUED:
                     expired.append(w)
             expired.sort(key=_deadline_of)   # stable: arrival order on ties
-        pending = None
         if expired:
             try:
                 self.sem._expire(expired)
             except BaseException as exc:   # a check's; every one expired
-                pending = exc
+                if pending is None:
+                    pending = exc
         self.prune()
         earliest = [x for x in (dq[0].deadline if dq else None,
                                 late[0][0] if late else None) if x is not None]
@@ -448,6 +508,14 @@ class _LoopState(NoCopy):
 
 def _deadline_of(w: _Waiter) -> float:
     return w.deadline
+
+
+def _is_closed(loop: asyncio.AbstractEventLoop) -> bool:
+    """Whether a RuntimeError from call_soon means "the loop is closed"."""
+    try:
+        return bool(loop.is_closed())
+    except BaseException:
+        return False
 
 
 class _Request(NoCopy, ReleasingRequest[SemaphorePermit]):
@@ -920,9 +988,26 @@ class AsyncSemaphore(NoCopy):
         permit._permits += need
         self._record_wait_locked(0.0)
 
-    def _leave_locked(self, w: _Waiter, state: int) -> None:
-        """A waiter leaves the queue for good (the caller unlinked it)."""
+    def _leave_locked(self, w: _Waiter, state: int, post: bool = True) -> None:
+        """A waiter leaves the queue for good (the caller unlinked it).
+
+        It is woken here, in the same critical section that decides its
+        fate (G2): a blocking thread through its lock, an asyncio task by
+        joining its loop's wake batch (``post``; not when its own task is
+        the one leaving), so that nothing which interrupts the caller after
+        the lock is dropped can lose the wake-up.  Scheduling the batch's
+        runner is left to the caller, after the lock (``_wake_all``)."""
         w.state = state
+        lock = w.lock
+        if lock is not None:
+            lock.release()
+        elif post and w.ls is not None and not w.posted:
+            w.posted = True
+            ls = w.ls
+            if ls.batch is None:
+                ls.batch = [w]
+            else:
+                ls.batch.append(w)
         if w.ls is not None:
             w.ls.nq -= 1
         p = w.permit
@@ -975,29 +1060,35 @@ class AsyncSemaphore(NoCopy):
         """Answer pending checks outside the lock, then wake what left the
         queue.  A check that raises something other than an Exception
         (KeyboardInterrupt, SystemExit...) counts as cancelled too, so the
-        queue moves on; that exception is raised once every waiter is woken."""
+        queue moves on; that exception is raised once every waiter is woken.
+        Whatever interrupts the checks, the waiters already in ``done`` are
+        woken before it propagates."""
         pending: BaseException | None = None
-        while check is not None:
-            assert check.check is not None
-            try:
-                cancelled, cause = ask_cancelled(check.check)
-            except BaseException as exc:
-                cancelled, cause = True, exc
-                if pending is None:
-                    pending = exc
-            with self._lock:
-                if self._queue and next(iter(self._queue)) is check:
-                    if cancelled:
-                        del self._queue[check]
-                        check.cause = cause
-                        self._cancelled_total += 1
-                        self._leave_locked(check, W_CANCELLED)
-                        done.append(check)
-                        check = self._process_locked(None, done)
+        try:
+            while check is not None:
+                assert check.check is not None
+                try:
+                    cancelled, cause = ask_cancelled(check.check)
+                except BaseException as exc:
+                    cancelled, cause = True, exc
+                    if pending is None:
+                        pending = exc
+                with self._lock:
+                    if self._queue and next(iter(self._queue)) is check:
+                        if cancelled:
+                            del self._queue[check]
+                            check.cause = cause
+                            self._cancelled_total += 1
+                            self._leave_locked(check, W_CANCELLED)
+                            done.append(check)
+                            check = self._process_locked(None, done)
+                        else:
+                            check = self._process_locked(check, done)
                     else:
-                        check = self._process_locked(check, done)
-                else:
-                    check = self._process_locked(None, done)
+                        check = self._process_locked(None, done)
+        except BaseException as exc:
+            if pending is None:
+                pending = exc
         try:
             self._wake_all(done)
         except BaseException as exc:
@@ -1007,33 +1098,29 @@ class AsyncSemaphore(NoCopy):
             raise pending
 
     def _wake_all(self, done: list[_Waiter]) -> None:
-        """Wake the waiters that left the queue, in order: blocking threads
-        through their lock, asyncio tasks through their loop's wake batch
-        (one call_soon per batch).  Every batch is started even if starting
-        one raises (a revert's check, on a closed loop); the first such
-        exception is raised after."""
-        started = []
-        with self._lock:
-            for w in done:
-                if w.ls is None or w.posted:
-                    continue
-                w.posted = True
-                ls = w.ls
-                if ls.batch is None:
-                    ls.batch = [w]
-                    started.append(ls)
-                else:
-                    ls.batch.append(w)
-        for w in done:
-            if w.lock is not None:
-                w.lock.release()
+        """Schedule the wake batches that the waiters in ``done`` joined
+        when they left the queue (blocking threads were woken then).  Every
+        batch is tried even if one raises (an interrupt, a revert's check on
+        a closed loop); the first such exception is raised after.  An
+        interrupt inside this loop tries the waiter it hit once more."""
         pending: BaseException | None = None
-        for ls in started:
+        i = 0
+        n = len(done)
+        retried = -1
+        while i < n:
             try:
-                ls.schedule()
+                while i < n:
+                    ls = done[i].ls
+                    if ls is not None and ls.batch is not None and not ls.scheduled:
+                        ls.schedule()
+                    i += 1
             except BaseException as exc:
                 if pending is None:
                     pending = exc
+                if retried == i:
+                    i += 1
+                else:
+                    retried = i
         if pending is not None:
             raise pending
 
@@ -1043,13 +1130,11 @@ class AsyncSemaphore(NoCopy):
         if not rest:
             return
         with self._lock:
-            start = ls.batch is None
-            if start:
+            if ls.batch is None:
                 ls.batch = rest
             else:
-                ls.batch[:0] = rest   # type: ignore[index]
-        if start:
-            ls.schedule()
+                ls.batch[:0] = rest
+        ls.schedule()
 
     def _drop_batch(self, ls: _LoopState) -> None:
         """The batch's loop is closed: give back grants nobody will take,
@@ -1057,6 +1142,7 @@ class AsyncSemaphore(NoCopy):
         with self._lock:
             batch = ls.batch or []
             ls.batch = None
+            ls.scheduled = False
         pending: BaseException | None = None
         for w in batch:
             try:
@@ -1095,7 +1181,7 @@ class AsyncSemaphore(NoCopy):
             if w.state == W_QUEUED:
                 was_head = next(iter(self._queue)) is w
                 del self._queue[w]
-                self._leave_locked(w, W_REMOVED)
+                self._leave_locked(w, W_REMOVED, post)
                 if timed_out:
                     self._timeout_total += 1
                 else:
@@ -1110,14 +1196,27 @@ class AsyncSemaphore(NoCopy):
         self._settle(check, done)
 
     def _cancel_waiter(self, w: _Waiter, msg: str | None) -> bool:
+        ls = w.ls
+        assert ls is not None
         if w.posted:
+            # Decided, and in (or past) a wake batch: if scheduling that
+            # batch failed earlier (G1), this is the task's own way out.
+            if ls.batch is not None and not ls.scheduled:
+                ls.schedule()
             return False
         try:
             self._abandon(w, False)
         finally:   # the task is woken whatever a check raised meanwhile
             w.is_cancelled = True
             w.cancel_msg = msg
-            self._wake_all([w])
+            with self._lock:
+                if not w.posted:
+                    w.posted = True
+                    if ls.batch is None:
+                        ls.batch = [w]
+                    else:
+                        ls.batch.append(w)
+            ls.schedule()
         return True
 
     def _expire(self, expired: list[_Waiter]) -> None:
@@ -1244,24 +1343,40 @@ class AsyncSemaphore(NoCopy):
         if type(r) is SemaphorePermit:
             return r
         w: _Waiter = r   # type: ignore[assignment]
-        assert w.lock is not None
         try:
-            woken = w.lock.acquire(
-                timeout=-1 if timeout is None else min(timeout, _LOCK_TIMEOUT_MAX))
+            decided = _wait_blocking(w, timeout)
         except BaseException:
-            try:
-                self._abandon(w, timed_out=False)
-            finally:
-                if w.state != W_REMOVED:
-                    w.lock.acquire()  # a wake-up is on its way: wait it out
+            # A grant that raced with the interrupt goes back.  The lock is
+            # this waiter's own, so a wake-up still on its way is harmless.
+            self._abandon(w, timed_out=False)
             raise
-        if not woken:
-            try:
-                self._abandon(w, timed_out=True)
-            finally:
-                if w.state != W_REMOVED:
-                    w.lock.acquire()
+        if not decided:
+            self._abandon(w, timed_out=True)   # a grant that raced with it stands
         return self._finish(w, timeout)
+
+
+def _wait_blocking(w: _Waiter, timeout: float | None) -> bool:
+    """Wait until ``w`` leaves the queue (True) or ``timeout`` seconds pass
+    (False).  Its waker releases ``w.lock`` as it decides, under the
+    semaphore's lock; the wait is cut in slices of _POLL_S that re-read the
+    state all the same, so a wake-up that an interrupt took from the waker
+    delays this thread by a slice at most (issue 32, G2)."""
+    lock = w.lock
+    assert lock is not None
+    if timeout is None:
+        while not lock.acquire(timeout=_POLL_S):
+            if w.state != W_QUEUED:
+                break
+        return True
+    deadline = _monotonic() + timeout
+    while True:
+        left = deadline - _monotonic()
+        if left <= 0:
+            return w.state != W_QUEUED
+        if lock.acquire(timeout=min(left, _POLL_S, _LOCK_TIMEOUT_MAX)):
+            return True
+        if w.state != W_QUEUED:
+            return True
 
 
 class AsyncDualMemoryLimiter(DualMemoryLimiterBase[AsyncSemaphore]):
