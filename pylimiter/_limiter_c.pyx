@@ -51,7 +51,9 @@ from libc.stdint cimport int64_t, uint64_t, INT64_MAX
 import asyncio as _asyncio
 import contextvars as _contextvars
 import heapq as _heapq
+import os as _os
 import sys
+import weakref as _weakref
 
 # The contract shared with the pure twin: checks, messages and error
 # constructors, called on argument and error paths only.
@@ -119,6 +121,7 @@ cdef extern from "plim.h" nogil:
     int plim_release_growing(plim_sem_t *sem, int64_t n, plim_waiter_t *w, plim_batch_t *b)
     int plim_close(plim_sem_t *sem, plim_batch_t *b)
     int plim_set_max(plim_sem_t *sem, int64_t max, plim_batch_t *b)
+    int plim_forget_waiters(plim_sem_t *sem, plim_batch_t *b)
 
 # The same fast paths inline (plim_sem.c's exported ones are made of these):
 # the uncontended acquire and release make no call into the core.
@@ -1005,6 +1008,7 @@ cdef class AsyncSemaphore:
         if plim_sem_init(&self._sem, mp, mq) != PLIM_OK:
             raise MemoryError("pylimiter: cannot initialise the semaphore")
         self._ready = True
+        _SEMAPHORES.add(self)   # for the fork rule (_after_fork_in_child)
 
     def __dealloc__(self):
         if self._ready:
@@ -1443,6 +1447,30 @@ cdef class AsyncSemaphore:
         if pending is not None:
             raise pending
 
+    cdef _forget_waiters(self):
+        """In a child process after fork(): empty the queue, keep the
+        counts (see _after_fork_in_child).  The forgotten requests are not
+        woken: their threads do not exist here, and their loops are the
+        parent's."""
+        cdef plim_batch_t b
+        cdef plim_waiter_t *node
+        cdef _Request w
+        plim_batch_init(&b)
+        plim_forget_waiters(&self._sem, &b)
+        node = plim_batch_pop(&b)
+        while node != NULL:
+            w = <_Request>_waiter_ptr(node)
+            w.applied = True
+            if w.permit is not None and w.permit._pending is w:
+                w.permit._pending = None
+            Py_DECREF(w)   # the queue's reference
+            node = plim_batch_pop(&b)
+        # A loop state names a loop of the parent (on 3.10/3.11 one whose
+        # _thread_id may even equal this thread's): the child's requests
+        # find their own loop afresh.
+        self._loops = {}
+        self._ls = None
+
     cdef _LoopState _loop_state(self, object loop):
         cdef _LoopState ls = self._ls
         if ls is not None and ls.loop is loop:
@@ -1598,6 +1626,28 @@ cdef class AsyncSemaphore:
 class AsyncDualMemoryLimiter(DualMemoryLimiterBase):
     __doc__ = DualMemoryLimiterBase.__doc__
     _semaphore_class = AsyncSemaphore
+
+
+# --------------------------------------------------------------------------
+# The fork rule (issue 32, G5/G6): a child process starts with the parent's
+# counts (the permits held by the parent's objects, which the child has
+# copies of, stay taken until the child releases them) and an empty queue,
+# as a threading.Semaphore does: permits released in the child go to the
+# child's own requests, never to waiters that exist only in the parent.
+# The forking thread holds the GIL, and every core call is made holding it,
+# so no core mutex is held at the fork.
+# --------------------------------------------------------------------------
+
+cdef object _SEMAPHORES = _weakref.WeakSet()
+
+
+def _after_fork_in_child():
+    for sem in list(_SEMAPHORES):
+        (<AsyncSemaphore>sem)._forget_waiters()
+
+
+if hasattr(_os, "register_at_fork"):
+    _os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 # --------------------------------------------------------------------------

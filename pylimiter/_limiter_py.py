@@ -24,8 +24,10 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import heapq
+import os
 import threading
 import time
+import weakref
 from collections import OrderedDict, deque
 from collections.abc import Callable, Generator
 from types import TracebackType
@@ -712,6 +714,7 @@ class AsyncSemaphore(NoCopy):
         self._wait_sum = 0.0
         self._wait_counts = [0] * len(WAIT_BUCKETS)
         self._ready = True
+        _SEMAPHORES.add(self)   # for the fork rule (_after_fork_in_child)
 
     # ---- properties ---------------------------------------------------
 
@@ -964,6 +967,20 @@ class AsyncSemaphore(NoCopy):
             )
 
     # ---- the algorithm (mirrors plim_sem.c) -----------------------------
+
+    def _forget_waiters(self) -> None:
+        """In a child process after fork(): empty the queue, keep the
+        counts (see _after_fork_in_child).  The forgotten requests are not
+        woken: their threads do not exist here, and their loops are the
+        parent's.  A fresh lock: the forking thread holds the old one."""
+        self._lock = threading.Lock()
+        for w in self._queue:
+            w.state = W_REMOVED
+            p = w.permit
+            if p is not None and p._pending is w:
+                p._pending = None
+        self._queue.clear()
+        self._loops = {}
 
     def _check_permit(self, permit: object) -> None:
         if type(permit) is not SemaphorePermit or permit._sem is not self:
@@ -1382,3 +1399,42 @@ def _wait_blocking(w: _Waiter, timeout: float | None) -> bool:
 class AsyncDualMemoryLimiter(DualMemoryLimiterBase[AsyncSemaphore]):
     __doc__ = DualMemoryLimiterBase.__doc__
     _semaphore_class = AsyncSemaphore
+
+
+# ---- the fork rule (issue 32, G5/G6) ------------------------------------------
+# A child process starts with the parent's counts (the permits held by the
+# parent's objects, which the child has copies of, stay taken until the
+# child releases them) and an empty queue, as a threading.Semaphore does:
+# permits released in the child go to the child's own requests, never to
+# waiters that exist only in the parent.  Each semaphore's lock is taken
+# around the fork, so that no other thread is half-way through changing its
+# state when the child's copy is made.
+
+_SEMAPHORES: weakref.WeakSet[AsyncSemaphore] = weakref.WeakSet()
+_held_at_fork: list[AsyncSemaphore] = []
+#: How long the fork waits for one semaphore's lock (its holders never wait
+#: for anything but the GIL; this bounds only a fork made, absurdly, from a
+#: finaliser that ran inside one of its critical sections).
+_FORK_LOCK_WAIT_S = 1.0
+
+
+def _before_fork() -> None:
+    for sem in list(_SEMAPHORES):
+        if sem._lock.acquire(timeout=_FORK_LOCK_WAIT_S):
+            _held_at_fork.append(sem)
+
+
+def _after_fork_in_parent() -> None:
+    while _held_at_fork:
+        _held_at_fork.pop()._lock.release()
+
+
+def _after_fork_in_child() -> None:
+    _held_at_fork.clear()
+    for sem in list(_SEMAPHORES):
+        sem._forget_waiters()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(before=_before_fork, after_in_parent=_after_fork_in_parent,
+                        after_in_child=_after_fork_in_child)
