@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import os
 import sys
 import threading
 import time
@@ -33,6 +34,9 @@ import pytest
 from tests._helpers import release_all
 
 KINDS = [KeyboardInterrupt, SystemExit, MemoryError]
+#: Timeouts stretch on the Py_DEBUG tier's stress pass (a collection at
+#: nearly every allocation, under ASan): set-up takes that much longer.
+SLOW = 20 if os.environ.get("PYLIMITER_GC_THRESHOLD") else 1
 
 
 class FlakyLoop(asyncio.SelectorEventLoop):
@@ -239,10 +243,10 @@ def test_timeout_whose_wake_scheduling_raises_keeps_no_permit(mod, loop, kind):
     its leaving lets through, is granted and woken."""
     sem = mod.AsyncSemaphore(2, 0, None)
     held = sem.try_acquire(1)
-    t_big, t_small = _big_then_small(loop, sem, timeout=0.05)
+    t_big, t_small = _big_then_small(loop, sem, timeout=0.05 * SLOW)
     loop.fail, loop.exc = 1, kind
     try:
-        loop.run_until_complete(asyncio.sleep(0.3))
+        loop.run_until_complete(asyncio.sleep(0.3 * SLOW))
     except kind:   # from the timer's callback (asyncio lets these through)
         pass
     out = finish(loop, [t_big, t_small])
@@ -261,7 +265,7 @@ def test_scheduling_that_keeps_failing_is_redone_by_the_next_event(mod, loop, re
     sem = mod.AsyncSemaphore(2, 0, None)
     a = sem.try_acquire(1)
     b = sem.try_acquire(1)
-    timeout = 0.2 if redrive == "timer" else None
+    timeout = 0.2 * SLOW if redrive == "timer" else None
     tasks = park(loop, sem, 2, timeout=timeout)
     loop.fail, loop.exc = 10**6, MemoryError
     assert type(from_thread(lambda: sem.release(a))) is MemoryError
@@ -282,7 +286,7 @@ def test_scheduling_that_keeps_failing_is_redone_by_the_next_event(mod, loop, re
         assert tasks[1].done() and tasks[1].result().permits == 1
         release_all(sem, [p for p in [b, tasks[1].result()] if p is not None])
     else:
-        out = finish(loop, tasks, 3)
+        out = finish(loop, tasks, 3 * SLOW)
         assert out[0].permits == 1 and out[1] == "PermitAcquireTimeoutError"
         release_all(sem, [p for p in [b, out[0]] if p is not None])
 
@@ -394,7 +398,7 @@ needs_nomemory = pytest.mark.skipif(
 NOMEM_CALLS = ["release", "set_max_permits", "close"]
 #: The waiters' timeout: the loop's timer is what schedules a batch whose
 #: scheduling failed for good (nothing else happens on that loop here).
-NOMEM_TIMEOUT = 0.1
+NOMEM_TIMEOUT = 0.1 * SLOW
 
 
 def _allocating_check():
@@ -410,6 +414,9 @@ def _nomemory_round(c, how, start, stop, check):
     again, every waiter gets an outcome (granted, or failed holding
     nothing) and the books are right."""
     loop = asyncio.new_event_loop()
+    # Not asyncio's debug mode (-X dev): its Handle records a traceback,
+    # and CPython's own traceback code is not what is under test here.
+    loop.set_debug(False)
     try:
         sem = c.AsyncSemaphore(3, 0, None)
         held = sem.try_acquire(3)
@@ -424,6 +431,10 @@ def _nomemory_round(c, how, start, stop, check):
                 "set_max_permits": lambda: sem.set_max_permits(6),
                 "close": sem.close}[how]
         raised = False
+        # No collection meanwhile: the collector's own allocations under a
+        # failing allocator are not under test (and can keep the test from
+        # removing the hooks on a debug build).
+        gc.disable()
         _testcapi.set_nomemory(start, stop)
         try:
             call()
@@ -431,6 +442,7 @@ def _nomemory_round(c, how, start, stop, check):
             raised = True
         finally:
             _testcapi.remove_mem_hooks()
+            gc.enable()
         loop.run_until_complete(asyncio.wait(tasks, timeout=5))
         outcomes = []
         for t in tasks:
