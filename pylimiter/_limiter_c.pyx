@@ -70,6 +70,14 @@ __all__ = [
     "LimitType",
 ]
 
+# Main interpreter only (issue 32, G11): see _plim_main_only.h.
+cdef extern from *:
+    """
+    #include "_plim_main_only.h"
+    PLIM_MAIN_ONLY(_limiter_c, "pylimiter._limiter_c")
+    #define PyInit__limiter_c plim_cython_init__limiter_c
+    """
+
 cdef extern from "plim.h" nogil:
     int64_t PLIM_MAX_PERMITS
     int64_t PLIM_MAX_ACQUIRED
