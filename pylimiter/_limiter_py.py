@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import gc
 import heapq
 import os
 import threading
@@ -104,6 +105,7 @@ _LOCK_TIMEOUT_MAX = threading.TIMEOUT_MAX
 # asyncio's C accelerated lookup: the loop running in this thread, or None.
 _get_running_loop = asyncio.events._get_running_loop
 _new = object.__new__
+_sleep = time.sleep
 _Context = contextvars.Context
 _heappush = heapq.heappush
 _heappop = heapq.heappop
@@ -120,6 +122,118 @@ _POLL_S = 0.5
 #: What ``is_cancelled`` may be: a callable answering "give up?", or None.
 IsCancelled = Optional[Callable[[], object]]
 _Callback = Callable[[Any], object]
+
+
+class _Section:
+    """A semaphore's critical section, in two parts.
+
+    The state (counter, queue, permits' counts) belongs to whoever holds the
+    *token*: the one item of ``tok``, a list, taken by ``tok.pop()`` and
+    given back by ``tok.append(True)`` (both atomic, free-threaded builds
+    included, and several times cheaper than a threading.Lock's acquire and
+    release on 3.10-3.12).  The fast paths (an uncontended acquire, a
+    release nobody waits for) only *try* to take it, as the C core's
+    lock-free paths try a CAS: if it is taken they go the slow way.  The slow
+    paths (``with sem._cs:``) first take ``lock``, a threading.Lock that
+    queues them, then wait for the token, which a fast path holds for a few
+    bytecodes only (each try gives up the GIL with ``sleep(0)``).  So at
+    most one thread spins, and only against a fast path."""
+
+    __slots__ = ("lock", "tok")
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.tok = [True]
+
+    def __enter__(self) -> None:
+        self.lock.acquire()
+        tok = self.tok
+        try:
+            while True:
+                try:
+                    tok.pop()
+                    return
+                except IndexError:
+                    _sleep(0)
+        except BaseException:   # interrupted while waiting for the token
+            self.lock.release()
+            raise
+
+    def __exit__(self, *exc: object) -> None:
+        self.tok.append(True)
+        self.lock.release()
+
+    def take(self, timeout: float) -> bool:
+        """Enter within ``timeout`` seconds, or give up (False)."""
+        if not self.lock.acquire(timeout=timeout):
+            return False
+        deadline = _monotonic() + timeout
+        while True:
+            try:
+                self.tok.pop()
+                return True
+            except IndexError:
+                if _monotonic() > deadline:
+                    self.lock.release()
+                    return False
+                _sleep(0)
+
+
+# ---- never-awaited requests, without a finaliser on the hot path ---------------
+# A request collected before it was awaited, started or closed warns, as a
+# never-awaited coroutine does.  A __del__ on every request cost the
+# uncontended await about a sixth of its time (issue 32); instead each new
+# request is noted in _fresh (a list append), and every so often -- when
+# _LOOK_AT have piled up, and at the start of every garbage collection --
+# the noted ones are looked at: those awaited meanwhile (nearly all) are
+# forgotten, and only the others get a weak reference whose callback warns
+# if they die unawaited.  So the warning comes at the next collection (or a
+# few requests later), not always at the very moment the request dies.
+
+#: Requests made and not looked at yet (strong references).
+_fresh: list[_Request] = []
+_fresh_append = _fresh.append
+_LOOK_AT = 32
+#: Requests that were still unawaited when looked at: weak reference ->
+#: what the warning names (semaphore, permits, update?).
+_escaped: dict[weakref.ref[_Request], tuple[AsyncSemaphore, int, bool]] = {}
+
+
+def _look() -> None:
+    """Sort the noted requests: forget those already awaited, started or
+    closed; watch the others (weakly)."""
+    fresh = _fresh
+    while fresh:
+        try:
+            r = fresh.pop()
+        except IndexError:   # another thread emptied it meanwhile
+            return
+        if r._stage == 0 and r._ref is None:
+            ref = weakref.ref(r, _collected)
+            _escaped[ref] = (r._sem, r._n, r._permit is not None)
+            r._ref = ref
+
+
+def _collected(ref: weakref.ref[_Request]) -> None:
+    info = _escaped.pop(ref, None)
+    if info is not None:
+        warn_never_awaited(*info)
+
+
+def _started(r: _Request) -> None:
+    """A watched request was awaited, started or closed after all."""
+    ref = r._ref
+    if ref is not None:
+        r._ref = None
+        _escaped.pop(ref, None)
+
+
+def _on_gc(phase: str, info: dict[str, int]) -> None:
+    if phase == "start" and _fresh:
+        _look()
+
+
+gc.callbacks.append(_on_gc)
 
 
 class SemaphorePermit(NoCopy):
@@ -338,7 +452,7 @@ class _LoopState(NoCopy):
     def _claim(self) -> bool:
         """Under the lock: True if a batch is pending with no runner on its
         way, which the caller is now to schedule."""
-        with self.sem._lock:
+        with self.sem._cs:
             if self.batch is None or self.scheduled:
                 return False
             self.scheduled = True
@@ -373,7 +487,7 @@ class _LoopState(NoCopy):
                 claimed = False
             except BaseException as exc:
                 if claimed:
-                    with self.sem._lock:
+                    with self.sem._cs:
                         self.scheduled = False
                 if pending is None:
                     pending = exc
@@ -395,7 +509,7 @@ class _LoopState(NoCopy):
         (from a callback or the handler) propagate at once, as from any
         asyncio callback, and what is left of the batch runs next time."""
         sem = self.sem
-        with sem._lock:
+        with sem._cs:
             batch = self.batch
             self.batch = None
             self.scheduled = False
@@ -496,7 +610,7 @@ class _LoopState(NoCopy):
         this loop is queued or pending, cancel the timer and drop the state."""
         self.prune()
         sem = self.sem
-        with sem._lock:
+        with sem._cs:
             if self.nq or self.batch is not None:
                 return
             if sem._loops.get(self.loop) is self:
@@ -530,11 +644,13 @@ class _Request(NoCopy, ReleasingRequest[SemaphorePermit]):
     the C twin's: 0 made, 1 awaited or started, 2 done."""
 
     __slots__ = (
-        "_anon",
+        "__weakref__",
         "_gen",
         "_is_cancelled",
+        "_mode",
         "_n",
         "_permit",
+        "_ref",
         "_result",
         "_sem",
         "_stage",
@@ -549,21 +665,30 @@ class _Request(NoCopy, ReleasingRequest[SemaphorePermit]):
     _stage: int
     _result: SemaphorePermit | None
     _gen: Generator[Any, None, SemaphorePermit | None] | None
-    _anon: bool
+    #: 0 awaited; 1 `async with request` (keeps the result for the exit);
+    #: 2 `async with sem:` (the semaphore holds the permit).
+    _mode: int
+    _ref: weakref.ref[_Request] | None   # watched as possibly never awaited
 
     def __new__(cls, *args: object, **kwargs: object) -> _Request:
         raise TypeError(MSG_REQUEST_NOT_CONSTRUCTIBLE)
-
-    def __del__(self) -> None:
-        if self._stage == 0:
-            warn_never_awaited(self._sem, self._n, self._permit is not None)
 
     def __await__(self) -> Generator[Any, None, SemaphorePermit]:
         if self._stage:
             raise RuntimeError(MSG_ALREADY_AWAITED)
         self._stage = 1
+        if self._ref is not None:
+            _started(self)
         g = self._gen = self._run()
         return g   # type: ignore[return-value]
+
+    if TYPE_CHECKING:
+        async def __aenter__(self) -> SemaphorePermit: ...
+    else:
+        def __aenter__(self):
+            if self._mode == 0:
+                self._mode = 1
+            return self
 
     # ---- the coroutine protocol ------------------------------------------
 
@@ -574,6 +699,7 @@ class _Request(NoCopy, ReleasingRequest[SemaphorePermit]):
         g = self._gen
         if g is None:
             self._stage = 1
+            _started(self)
             g = self._gen = self._run()
         return g.send(None)
 
@@ -583,6 +709,7 @@ class _Request(NoCopy, ReleasingRequest[SemaphorePermit]):
         back; the exception propagates."""
         g = self._gen
         self._stage = 2
+        _started(self)
         try:
             exc = thrown_exception(typ, val, tb)
         except BaseException:   # not an exception: stop waiting all the same
@@ -597,6 +724,7 @@ class _Request(NoCopy, ReleasingRequest[SemaphorePermit]):
         """Coroutine protocol: the awaiting coroutine is closed."""
         g = self._gen
         self._stage = 2
+        _started(self)
         if g is not None:
             g.close()
 
@@ -604,46 +732,53 @@ class _Request(NoCopy, ReleasingRequest[SemaphorePermit]):
         sem = self._sem
         try:
             if self._permit is None and self._is_cancelled is None:
-                # plim_try_acquire, inline: nobody queues (bounded) and it fits.
+                # plim_try_acquire, inline: nobody queues (bounded) and it
+                # fits.  Only tried: if another thread holds the token, the
+                # slow path below waits for it.
                 n = self._n
-                lock = sem._lock
-                lock.acquire()
+                tok = sem._tok
                 try:
-                    avail = sem._avail
-                    if not sem._closed and (
-                        (not sem._queue and avail >= n) if sem._bounded
-                        else avail - n >= -MAX_ACQUIRED
-                    ):
-                        sem._avail = avail - n
-                        sem._acquired_total += 1
-                        sem._wait_counts[0] += 1
-                        p: SemaphorePermit = _new(SemaphorePermit)
-                        p._sem = sem
-                        p._permits = n
-                        p._pending = None
-                        n = -1
-                finally:
-                    lock.release()
-                if n < 0:
-                    if self._anon:
-                        return self._granted(p)
-                    self._result = p
-                    return p
+                    tok.pop()
+                except IndexError:
+                    pass
+                else:
+                    try:
+                        avail = sem._avail
+                        if not sem._closed and (
+                            (not sem._queue and avail >= n) if sem._bounded
+                            else avail - n >= -MAX_ACQUIRED
+                        ):
+                            sem._avail = avail - n
+                            sem._acquired_total += 1
+                            sem._wait_counts[0] += 1
+                            p: SemaphorePermit = _new(SemaphorePermit)
+                            p._sem = sem
+                            p._permits = n
+                            p._pending = None
+                            n = -1
+                    finally:
+                        tok.append(True)
+                    if n < 0:
+                        if self._mode:
+                            return self._granted(p)
+                        return p
             p = yield from sem._acquire_slow(self._permit, self._n, self._timeout,
                                              self._is_cancelled)
             return self._granted(p)
         finally:
             self._stage = 2
+            self._permit = None   # an update's permit: no longer needed here
 
     def _granted(self, p: SemaphorePermit) -> SemaphorePermit | None:
-        if self._anon:
+        if self._mode == 2:
             # `async with sem:`: the semaphore holds the permit.
             sem = self._sem
-            with sem._lock:
+            with sem._cs:
                 sem._anon += p._permits
                 p._permits = 0
             return None
-        self._result = p
+        if self._mode == 1:
+            self._result = p   # for the exit of `async with request`
         return p
 
     def _release_result(self, permit: SemaphorePermit) -> None:
@@ -651,7 +786,8 @@ class _Request(NoCopy, ReleasingRequest[SemaphorePermit]):
 
 
 def _new_request(sem: AsyncSemaphore, permit: SemaphorePermit | None, n: int,
-                 timeout: float | None, is_cancelled: IsCancelled) -> _Request:
+                 timeout: float | None, is_cancelled: IsCancelled,
+                 mode: int = 0) -> _Request:
     r: _Request = _new(_Request)
     r._sem = sem
     r._permit = permit
@@ -661,7 +797,12 @@ def _new_request(sem: AsyncSemaphore, permit: SemaphorePermit | None, n: int,
     r._stage = 0
     r._result = None
     r._gen = None
-    r._anon = False
+    r._mode = mode
+    r._ref = None
+    if not mode:
+        _fresh_append(r)
+        if len(_fresh) >= _LOOK_AT:
+            _look()
     return r
 
 
@@ -682,6 +823,7 @@ class AsyncSemaphore(NoCopy):
         # attribute, not a class one, so attribute reads stay specialised.
         self = super().__new__(cls)
         self._ready = False
+        self._lim = -1   # acquire's fast check fails until ready (and once closed)
         return self
 
     def _unready(self) -> RuntimeError:
@@ -704,7 +846,12 @@ class AsyncSemaphore(NoCopy):
         self._max_queue = max_queue_size
         self._queue: OrderedDict[_Waiter, None] = OrderedDict()
         self._closed = False
-        self._lock = threading.Lock()
+        self._cs = _Section()        # `with self._cs:` is the slow critical section
+        self._tok = self._cs.tok     # the fast paths only try for its token
+        # The largest request acquire() takes without a closer look: any
+        # other is checked (and refused or converted) by check_permits; -1
+        # while not ready and once closed.
+        self._lim = self._max if self._bounded else MAX_PERMITS
         self._anon = 0   # permits held by `async with sem:` blocks
         self._loops: dict[asyncio.AbstractEventLoop, _LoopState] = {}
         self._acquired_total = 0
@@ -789,20 +936,36 @@ class AsyncSemaphore(NoCopy):
         PermitAcquireAlreadyClosedError or PermitAcquireCancelledError.
         ``async with sem.acquire(n) as p:`` releases p on exit.
         """
-        if not self._ready:
-            raise self._unready()
-        if type(permits) is not int or not 0 <= permits <= MAX_PERMITS or (
-                self._bounded and permits > self._max):
+        lim = self._lim
+        if type(permits) is not int or not 0 <= permits <= lim:
+            if not self._ready:
+                raise self._unready()
             permits = check_permits(permits, self._max, self._bounded)
+            lim = -1   # closed?  Asked after the other arguments' checks.
         if timeout is TIMEOUT_NOT_GIVEN:
             timeout = self._timeout
         else:
             timeout = check_timeout(timeout, self._timeout)
         if is_cancelled is not None:
             check_is_cancelled(is_cancelled)
-        if self._closed:
+        if lim < 0 and self._closed:
             raise closed_error()
-        return _new_request(self, None, permits, timeout, is_cancelled)
+        # _new_request, inline (the uncontended await's hot path).
+        r: _Request = _new(_Request)
+        r._sem = self
+        r._permit = None
+        r._n = permits
+        r._timeout = timeout
+        r._is_cancelled = is_cancelled
+        r._stage = 0
+        r._result = None
+        r._gen = None
+        r._mode = 0
+        r._ref = None
+        _fresh_append(r)
+        if len(_fresh) >= _LOOK_AT:
+            _look()
+        return r
 
     def update(self, permit: SemaphorePermit, new_permits: int, *,
                timeout: float | None = TIMEOUT_NOT_GIVEN,
@@ -845,7 +1008,7 @@ class AsyncSemaphore(NoCopy):
         if not self._ready:
             raise self._unready()
         n = check_permits(permits, self._max, self._bounded)
-        with self._lock:
+        with self._cs:
             if self._closed:
                 raise closed_error()
             if not self._fits_now_locked(n):
@@ -859,9 +1022,28 @@ class AsyncSemaphore(NoCopy):
         Releasing again is a no-op; works after close."""
         if type(permit) is not SemaphorePermit or permit._sem is not self:
             raise permit_error(permit, SemaphorePermit)
-        lock = self._lock
-        lock.acquire()
+        tok = self._tok
         try:
+            tok.pop()
+        except IndexError:   # taken: the slow path waits for it
+            self._release_slow(permit)
+            return
+        try:
+            n = permit._permits
+            if n == 0:
+                return
+            if permit._pending is None and not self._queue:
+                # plim_release's fast CAS: nothing to hand over.
+                permit._permits = 0
+                self._avail += n
+                return
+        finally:
+            tok.append(True)
+        self._release_slow(permit)
+
+    def _release_slow(self, permit: SemaphorePermit) -> None:
+        done: list[_Waiter] = []
+        with self._cs:
             n = permit._permits
             if n == 0:
                 return
@@ -872,11 +1054,8 @@ class AsyncSemaphore(NoCopy):
                 pending.need += n
             self._avail += n
             if not self._queue:
-                return   # plim_release's fast CAS: nothing to hand over
-            done: list[_Waiter] = []
+                return
             check = self._process_locked(None, done)
-        finally:
-            lock.release()
         self._settle(check, done)
 
     if TYPE_CHECKING:
@@ -891,14 +1070,12 @@ class AsyncSemaphore(NoCopy):
             """``async with sem:`` takes one permit (as asyncio.Semaphore)."""
             if not self._ready:
                 raise self._unready()
-            r = _new_request(self, None, 1, self._timeout, None)
-            r._anon = True
-            return r
+            return _new_request(self, None, 1, self._timeout, None, 2)
 
         def __aexit__(self, exc_type, exc, tb):
             if not self._ready:
                 raise self._unready()
-            with self._lock:
+            with self._cs:
                 if self._anon <= 0:
                     raise RuntimeError(MSG_ANON_EXIT)
                 self._anon -= 1
@@ -911,8 +1088,9 @@ class AsyncSemaphore(NoCopy):
         if not self._ready:
             raise self._unready()
         done: list[_Waiter] = []
-        with self._lock:
+        with self._cs:
             self._closed = True
+            self._lim = -1
             while self._queue:
                 w, _ = self._queue.popitem(last=False)
                 self._leave_locked(w, W_CLOSED)
@@ -930,11 +1108,13 @@ class AsyncSemaphore(NoCopy):
         if not self._ready:
             raise self._unready()
         done: list[_Waiter] = []
-        with self._lock:
+        with self._cs:
             old_limit = self._max if self._bounded else 0
             self._avail += (max(0, m)) - old_limit
             self._max = m
             self._bounded = m > 0
+            if not self._closed:
+                self._lim = m if m > 0 else MAX_PERMITS
             if self._bounded:
                 for w in list(self._queue):
                     if w.total > m:
@@ -949,7 +1129,7 @@ class AsyncSemaphore(NoCopy):
         """A snapshot of gauges, counters and the wait-time histogram."""
         if not self._ready:
             raise self._unready()
-        with self._lock:
+        with self._cs:
             count = sum(self._wait_counts)
             return SemaphoreStats(
                 max_permits=self._max,
@@ -972,8 +1152,10 @@ class AsyncSemaphore(NoCopy):
         """In a child process after fork(): empty the queue, keep the
         counts (see _after_fork_in_child).  The forgotten requests are not
         woken: their threads do not exist here, and their loops are the
-        parent's.  A fresh lock: the forking thread holds the old one."""
-        self._lock = threading.Lock()
+        parent's.  A fresh critical section: the forking thread holds the
+        old one."""
+        self._cs = _Section()
+        self._tok = self._cs.tok
         for w in self._queue:
             w.state = W_REMOVED
             p = w.permit
@@ -1065,7 +1247,7 @@ class AsyncSemaphore(NoCopy):
 
     def _return_permits(self, n: int) -> None:
         """Give ``n`` permits held by no permit object back to the pool."""
-        with self._lock:
+        with self._cs:
             self._avail += n
             if not self._queue:
                 return
@@ -1090,7 +1272,7 @@ class AsyncSemaphore(NoCopy):
                     cancelled, cause = True, exc
                     if pending is None:
                         pending = exc
-                with self._lock:
+                with self._cs:
                     if self._queue and next(iter(self._queue)) is check:
                         if cancelled:
                             del self._queue[check]
@@ -1146,7 +1328,7 @@ class AsyncSemaphore(NoCopy):
         interrupted by SystemExit/KeyboardInterrupt)."""
         if not rest:
             return
-        with self._lock:
+        with self._cs:
             if ls.batch is None:
                 ls.batch = rest
             else:
@@ -1156,7 +1338,7 @@ class AsyncSemaphore(NoCopy):
     def _drop_batch(self, ls: _LoopState) -> None:
         """The batch's loop is closed: give back grants nobody will take,
         and forget the loop if nothing of it is left."""
-        with self._lock:
+        with self._cs:
             batch = ls.batch or []
             ls.batch = None
             ls.scheduled = False
@@ -1175,7 +1357,7 @@ class AsyncSemaphore(NoCopy):
         """Give back a grant that its requester will never take."""
         done: list[_Waiter] = []
         check = None
-        with self._lock:
+        with self._cs:
             if w.state == W_GRANTED and not w.reverted:
                 check = self._give_back_locked(w, done)
         self._settle(check, done)
@@ -1194,7 +1376,7 @@ class AsyncSemaphore(NoCopy):
         timeout stands."""
         done: list[_Waiter] = []
         check = None
-        with self._lock:
+        with self._cs:
             if w.state == W_QUEUED:
                 was_head = next(iter(self._queue)) is w
                 del self._queue[w]
@@ -1226,7 +1408,7 @@ class AsyncSemaphore(NoCopy):
         finally:   # the task is woken whatever a check raised meanwhile
             w.is_cancelled = True
             w.cancel_msg = msg
-            with self._lock:
+            with self._cs:
                 if not w.posted:
                     w.posted = True
                     if ls.batch is None:
@@ -1254,7 +1436,7 @@ class AsyncSemaphore(NoCopy):
         ``n`` would grow it."""
         done: list[_Waiter] = []
         check = None
-        with self._lock:
+        with self._cs:
             if permit._pending is not None:
                 raise RuntimeError(MSG_UPDATE_IN_PROGRESS)
             cur = permit._permits
@@ -1279,7 +1461,7 @@ class AsyncSemaphore(NoCopy):
         if permit is not None and self._shrink(permit, n):
             return permit
         loop = None if blocking else _get_running_loop()
-        with self._lock:
+        with self._cs:
             if permit is None:
                 permit = _new_permit(self, 0)
             elif permit._pending is not None or permit._permits >= n:
@@ -1406,27 +1588,27 @@ class AsyncDualMemoryLimiter(DualMemoryLimiterBase[AsyncSemaphore]):
 # parent's objects, which the child has copies of, stay taken until the
 # child releases them) and an empty queue, as a threading.Semaphore does:
 # permits released in the child go to the child's own requests, never to
-# waiters that exist only in the parent.  Each semaphore's lock is taken
-# around the fork, so that no other thread is half-way through changing its
+# waiters that exist only in the parent.  Each semaphore's critical section
+# is taken around the fork, so that no other thread is half-way through changing its
 # state when the child's copy is made.
 
 _SEMAPHORES: weakref.WeakSet[AsyncSemaphore] = weakref.WeakSet()
 _held_at_fork: list[AsyncSemaphore] = []
-#: How long the fork waits for one semaphore's lock (its holders never wait
-#: for anything but the GIL; this bounds only a fork made, absurdly, from a
-#: finaliser that ran inside one of its critical sections).
+#: How long the fork waits for one semaphore's critical section (its holders
+#: never wait for anything but the GIL; this bounds only a fork made,
+#: absurdly, from a finaliser that ran inside one of its critical sections).
 _FORK_LOCK_WAIT_S = 1.0
 
 
 def _before_fork() -> None:
     for sem in list(_SEMAPHORES):
-        if sem._lock.acquire(timeout=_FORK_LOCK_WAIT_S):
+        if sem._cs.take(_FORK_LOCK_WAIT_S):
             _held_at_fork.append(sem)
 
 
 def _after_fork_in_parent() -> None:
     while _held_at_fork:
-        _held_at_fork.pop()._lock.release()
+        _held_at_fork.pop()._cs.__exit__()
 
 
 def _after_fork_in_child() -> None:

@@ -341,9 +341,9 @@ class _Interrupter:
 
     def local(self, frame, event, arg):
         # After the grant (the waiter left the queue) and the critical
-        # section (the lock is free again).
+        # section (its token is back).
         if event == "line" and not self.fired and self.sem.queue_size == 0 \
-                and not self.sem._lock.locked():
+                and self.sem._tok:
             self.seen += 1
             if self.seen == self.k:
                 self.fired = True
