@@ -38,6 +38,14 @@ owns the Python objects and does the waking.  Rules that keep it sound:
   KeyboardInterrupt included, never leaves a grant undelivered or the queue
   stopped: each loop over waiters finishes its work and raises the first
   such exception afterwards (``pending``).
+* Nor does the loop's call_soon/call_soon_threadsafe (issue 32, G1): a wake
+  batch is linked through its requests, so posting to it allocates nothing,
+  and the one step that can fail, scheduling its runner, leaves the batch
+  pending when it does and is retried (_LoopState.schedule).
+* Main interpreter only (issue 32, G11): the module keeps process-wide C
+  state; any other interpreter gets an ImportError (_plim_main_only.h).
+* After os.fork() the child keeps the counts and empties the queue
+  (_after_fork_in_child, at the end of this file).
 
 The semantics are those of _limiter_py.py, the executable specification,
 which has the same waiters, batches and timers in Python.
@@ -980,6 +988,14 @@ cdef class AsyncSemaphore:
     unbounded; ``timeout`` (seconds, ``None`` for ever) is the default wait
     for a queued request, measured from when it joins the queue.
     ``set_max_permits`` changes the limit live, to or from unbounded too.
+
+    After ``os.fork()`` the child's semaphore has the parent's counts (the
+    permits held by the parent's permits, of which the child has copies,
+    stay taken until the child releases them) and an empty queue, as a
+    ``threading.Semaphore``: permits released in the child go to the
+    child's own requests, never to the parent's waiters, which are not
+    woken in the child (their threads do not exist there, and their event
+    loops are the parent's).
     """
 
     cdef plim_sem_t _sem

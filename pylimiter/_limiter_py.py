@@ -1,9 +1,13 @@
 """Pure-Python implementation of pylimiter: the executable specification.
 
-It mirrors the C core step by step (``csrc/plim_sem.c``): one lock guards the
-counter and the FIFO queue, queue processing stops at a head that carries an
-``is_cancelled`` check so that the check runs with no lock held, and waking
-happens after the lock is dropped.  It also mirrors the C binding's asyncio
+It mirrors the C core step by step (``csrc/plim_sem.c``): one critical
+section guards the counter and the FIFO queue (``_Section``: a token the
+uncontended acquire and release only try for, as the core's fast paths try
+a CAS, and a lock that queues the slow paths), queue processing stops at a
+head that carries an ``is_cancelled`` check so that the check runs with no
+lock held, and a waiter is woken in the section that decides its fate (a
+thread through its lock, a task by joining its loop's wake batch), the
+batch's runner being scheduled after the section is left.  It also mirrors the C binding's asyncio
 machinery, so that the two wake tasks in the same order:
 
 * A queued request's task parks on the request's ``_Waiter`` itself (it
@@ -814,6 +818,14 @@ class AsyncSemaphore(NoCopy):
     unbounded; ``timeout`` (seconds, ``None`` for ever) is the default wait
     for a queued request, measured from when it joins the queue.
     ``set_max_permits`` changes the limit live, to or from unbounded too.
+
+    After ``os.fork()`` the child's semaphore has the parent's counts (the
+    permits held by the parent's permits, of which the child has copies,
+    stay taken until the child releases them) and an empty queue, as a
+    ``threading.Semaphore``: permits released in the child go to the
+    child's own requests, never to the parent's waiters, which are not
+    woken in the child (their threads do not exist there, and their event
+    loops are the parent's).
     """
 
     def __new__(cls, *args: Any, **kwargs: Any) -> AsyncSemaphore:

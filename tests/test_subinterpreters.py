@@ -68,15 +68,21 @@ _DRIVER = textwrap.dedent(r"""
 
     # In the subinterpreter: `import pylimiter` as a user would, then the
     # extension itself, loaded by file without its package (whose import
-    # stops at the limiter's extension).
-    SUB = (
-        "import importlib.machinery, importlib.util\n"
+    # stops at the limiter's extension).  Not the package in an isolated
+    # subinterpreter of 3.12: CPython 3.12.1 aborts at exit ("free():
+    # invalid pointer") once one has imported asyncio, pylimiter or not.
+    PKG = (
         "try:\n"
         "    import pylimiter\n"
         "    print('PKG imported', flush=True)\n"
         "except ImportError as exc:\n"
         "    print('PKG ImportError', exc, flush=True)\n"
-        "loader = importlib.machinery.ExtensionFileLoader(NAME, ORIGIN)\n"
+    )
+    WITH_PKG = KIND == "legacy" or sys.version_info >= (3, 13)
+    SUB = (
+        "import importlib.machinery, importlib.util\n"
+        + (PKG if WITH_PKG else "")
+        + "loader = importlib.machinery.ExtensionFileLoader(NAME, ORIGIN)\n"
         "try:\n"
         "    loader.create_module(importlib.util.spec_from_loader(NAME, loader))\n"
         "    print('SUB loaded', flush=True)\n"
@@ -120,6 +126,9 @@ def test_extension_refused_in_subinterpreter_main_still_imports(name, kind, orde
     assert "main interpreter" in sub[0] and "PYLIMITER_NO_EXTENSIONS=1" in sub[0]
     # The package itself stops at the limiter's extension, as clearly.
     pkg = [line for line in out if line.startswith("PKG")]
+    if kind == "isolated" and sys.version_info < (3, 13):
+        assert pkg == []   # not tried there (see _DRIVER)
+        return
     assert pkg == ["PKG ImportError pylimiter: the C extension pylimiter._limiter_c can only "
                    "be imported in the main interpreter, not in a subinterpreter (it keeps "
                    "process-wide state); use the pure-Python implementation there "
