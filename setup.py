@@ -59,6 +59,7 @@ else:
             "csrc/plim_waitq.c",
         ],
         include_dirs=["csrc", "pylimiter"],
+        depends=["pylimiter/_plim_main_only.h"],
         extra_compile_args=cflags,
         extra_link_args=ldflags,
         define_macros=macros,
@@ -70,6 +71,7 @@ else:
         sources=["pylimiter/pulsar/cache/_cache_c.pyx", "csrc/plim_cacheq.c"],
         # pylimiter/: _plim_main_only.h (main interpreter only, issue 32 G11)
         include_dirs=["csrc", "pylimiter"],
+        depends=["pylimiter/_plim_main_only.h"],
         extra_compile_args=cflags,
         extra_link_args=ldflags,
         define_macros=macros,

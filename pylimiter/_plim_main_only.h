@@ -10,14 +10,18 @@
  * multi-phase init records the first interpreter that imports the module
  * and refuses every other one with "Interpreter change detected": when a
  * subinterpreter came first, that was the main interpreter, for the rest of
- * the process.  So each extension's PyInit_<name> is wrapped: in any
- * interpreter but the main one (legacy subinterpreters made by
- * Py_NewInterpreter / _testcapi.run_in_subinterp, isolated ones made by
- * _interpreters / concurrent.interpreters) it raises a clear ImportError
- * before Cython's init runs, so nothing is recorded and nothing is created
- * there; the main interpreter imports it before or after, as if the
- * subinterpreter had never tried.  The pure-Python implementation
- * (PYLIMITER_NO_EXTENSIONS=1) works in any interpreter.
+ * the process.  So each extension's PyInit_<name> and the create slot of
+ * its module definition are wrapped: in any interpreter but the main one
+ * (legacy subinterpreters made by Py_NewInterpreter /
+ * _testcapi.run_in_subinterp, isolated ones made by _interpreters /
+ * concurrent.interpreters) they raise a clear ImportError before Cython's
+ * code runs, so nothing is recorded and nothing is created there; the main
+ * interpreter imports it before or after, as if the subinterpreter had
+ * never tried.  (Where CPython refuses first -- 3.12+'s isolated
+ * interpreters, through the Py_MOD_MULTIPLE_INTERPRETERS_NOT_SUPPORTED
+ * slot Cython sets -- its own ImportError, "module ... does not support
+ * loading in subinterpreters", says the same.)  The pure-Python
+ * implementation (PYLIMITER_NO_EXTENSIONS=1) works in any interpreter.
  *
  * How an extension follows the rule (pylimiter/_<name>.pyx, module
  * pylimiter.<pkg>.<name>): a verbatim block near the top of the .pyx, with
@@ -34,6 +38,8 @@
  * system looks up); the #define after it renames the PyInit_<name> that
  * Cython generates further down the same file to plim_cython_init_<name>,
  * which the wrapper calls once the interpreter is known to be the main one.
+ * The wrapper also wraps the module definition's create slot, which checks
+ * again in the importing interpreter (3.13+ runs PyInit in the main one).
  * tests/test_subinterpreters.py checks both import orders for every
  * extension listed there.
  */
@@ -56,17 +62,56 @@ static int plim_main_only_check(const char *module)
     return -1;
 }
 
+typedef PyObject *(*plim_create_fn)(PyObject *spec, PyModuleDef *def);
+
+/* plim_wrap_create puts `ours` in the Py_mod_create slot of the module
+ * definition `def_obj` (what a multi-phase PyInit returns), keeping the
+ * one it replaces in *saved.  Idempotent (PyInit runs at every import).
+ * From 3.13 on CPython runs PyInit in the main interpreter even for an
+ * import made in a subinterpreter (in case the module is single-phase),
+ * so the check in PyInit alone would pass there: the create slot runs in
+ * the importing interpreter, and checks again. */
+static int plim_wrap_create(PyObject *def_obj, plim_create_fn *saved, plim_create_fn ours)
+{
+    if (!PyObject_TypeCheck(def_obj, &PyModuleDef_Type))
+        return 0;   /* a single-phase module object: nothing to wrap */
+    PyModuleDef *def = (PyModuleDef *)def_obj;
+    for (PyModuleDef_Slot *slot = def->m_slots; slot != NULL && slot->slot != 0; slot++) {
+        if (slot->slot != Py_mod_create || slot->value == (void *)ours)
+            continue;
+        *saved = (plim_create_fn)slot->value;
+        slot->value = (void *)ours;
+    }
+    if (*saved == NULL) {
+        PyErr_SetString(PyExc_ImportError,
+                        "pylimiter: the extension's module definition has no create slot");
+        return -1;
+    }
+    return 0;
+}
+
 /* Invoked before the rename (#define PyInit_<name> ...), so that the
  * wrapper's own name is not renamed; Cython's definition comes later in the
  * file and is. */
-#define PLIM_MAIN_ONLY(name, module)                                  \
-    PyMODINIT_FUNC plim_cython_init_##name(void);                     \
-    PyMODINIT_FUNC PyInit_##name(void);                               \
-    PyMODINIT_FUNC PyInit_##name(void)                                \
-    {                                                                 \
-        if (plim_main_only_check(module) < 0)                         \
-            return NULL;                                              \
-        return plim_cython_init_##name();                             \
+#define PLIM_MAIN_ONLY(name, module)                                         \
+    PyMODINIT_FUNC plim_cython_init_##name(void);                            \
+    static plim_create_fn plim_cython_create_##name = NULL;                  \
+    static PyObject *plim_create_##name(PyObject *spec, PyModuleDef *def)    \
+    {                                                                        \
+        if (plim_main_only_check(module) < 0)                                \
+            return NULL;                                                     \
+        return plim_cython_create_##name(spec, def);                         \
+    }                                                                        \
+    PyMODINIT_FUNC PyInit_##name(void);                                      \
+    PyMODINIT_FUNC PyInit_##name(void)                                       \
+    {                                                                        \
+        if (plim_main_only_check(module) < 0)                                \
+            return NULL;                                                     \
+        PyObject *def = plim_cython_init_##name();                           \
+        if (def != NULL && plim_wrap_create(def, &plim_cython_create_##name, \
+                                            plim_create_##name) < 0)         \
+            return NULL;                                                     \
+        return def;                                                          \
     }
 
 #endif /* PLIM_MAIN_ONLY_H */
