@@ -129,7 +129,8 @@ DBG_CORE := tests/test_api.py tests/test_semaphore.py tests/test_dual.py tests/t
 	tests/test_wakeups.py tests/test_await_path.py tests/test_timers.py tests/test_switch.py \
 	tests/test_prometheus.py tests/test_differential.py tests/test_crash.py \
 	tests/test_attributes.py tests/test_misuse.py tests/test_base_exceptions.py \
-	tests/test_twin_parity.py tests/test_hostile.py \
+	tests/test_twin_parity.py tests/test_hostile.py tests/test_wake_failures.py \
+	tests/test_subinterpreters.py \
 	tests/shared/test_api.py tests/shared/test_processes.py tests/shared/test_death.py \
 	tests/shared/test_hostile.py
 # The Spark pipeline is left out: this venv has no PySpark.

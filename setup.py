@@ -108,6 +108,7 @@ else:
             "csrc/plim_waitq.c",
         ],
         include_dirs=["csrc", "pylimiter"],
+        depends=["pylimiter/_plim_main_only.h"],
         extra_compile_args=cflags,
         extra_link_args=ldflags,
         define_macros=macros,
@@ -117,7 +118,9 @@ else:
     cache_ext = Extension(
         "pylimiter.pulsar.cache._cache_c",
         sources=["pylimiter/pulsar/cache/_cache_c.pyx", "csrc/plim_cacheq.c"],
-        include_dirs=["csrc"],
+        # pylimiter/: _plim_main_only.h (main interpreter only, issue 32 G11)
+        include_dirs=["csrc", "pylimiter"],
+        depends=["pylimiter/_plim_main_only.h"],
         extra_compile_args=cflags,
         extra_link_args=ldflags,
         define_macros=macros,

@@ -100,6 +100,19 @@ def _gc_stress():
         gc.set_threshold(*old)
 
 
+@pytest.fixture(autouse=True)
+def _never_awaited_in_their_test():
+    """The pure twin notes each new request and looks at the noted ones
+    later (at the next collection, or some requests on) to warn about those
+    never awaited: look at the end of every test, so that a test's
+    forgotten requests warn inside that test and its warning filters, not
+    in whichever test happens to run the next collection."""
+    yield
+    from pylimiter import _limiter_py
+
+    _limiter_py._look()
+
+
 @pytest.fixture(
     scope="session",
     params=(pytest.param(C, marks=pytest.mark.c_extension), PY),
