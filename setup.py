@@ -100,6 +100,12 @@ else:
             raise SystemExit(f"PYLIMITER_SANITIZE must be thread or address, not {sanitize!r}")
         cflags += [f"-fsanitize={sanitize}", "-fno-omit-frame-pointer"]
         ldflags += [f"-fsanitize={sanitize}"]
+    # The bindings' own C headers, one per concern, in pylimiter/_binding/
+    # (reached as "_binding/<name>.h" through pylimiter/ on the include
+    # path); in the sdist (MANIFEST.in), never in a wheel.
+    import glob
+
+    binding_headers = sorted(glob.glob("pylimiter/_binding/*.h"))
     ext = Extension(
         "pylimiter._limiter_c",
         sources=[
@@ -108,7 +114,7 @@ else:
             "csrc/plim_waitq.c",
         ],
         include_dirs=["csrc", "pylimiter"],
-        depends=["pylimiter/_plim_main_only.h"],
+        depends=binding_headers,
         extra_compile_args=cflags,
         extra_link_args=ldflags,
         define_macros=macros,
@@ -118,9 +124,9 @@ else:
     cache_ext = Extension(
         "pylimiter.pulsar.cache._cache_c",
         sources=["pylimiter/pulsar/cache/_cache_c.pyx", "csrc/plim_cacheq.c"],
-        # pylimiter/: _plim_main_only.h (main interpreter only, issue 32 G11)
+        # pylimiter/: _binding/main_only.h (main interpreter only, issue 32 G11)
         include_dirs=["csrc", "pylimiter"],
-        depends=["pylimiter/_plim_main_only.h"],
+        depends=["pylimiter/_binding/main_only.h"],
         extra_compile_args=cflags,
         extra_link_args=ldflags,
         define_macros=macros,

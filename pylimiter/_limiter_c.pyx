@@ -43,7 +43,7 @@ owns the Python objects and does the waking.  Rules that keep it sound:
   and the one step that can fail, scheduling its runner, leaves the batch
   pending when it does and is retried (_LoopState.schedule).
 * Main interpreter only (issue 32, G11): the module keeps process-wide C
-  state; any other interpreter gets an ImportError (_plim_main_only.h).
+  state; any other interpreter gets an ImportError (_binding/main_only.h).
 * After os.fork() the child keeps the counts and empties the queue
   (_after_fork_in_child, at the end of this file).
 
@@ -78,10 +78,10 @@ __all__ = [
     "LimitType",
 ]
 
-# Main interpreter only (issue 32, G11): see _plim_main_only.h.
+# Main interpreter only (issue 32, G11): see _binding/main_only.h.
 cdef extern from *:
     """
-    #include "_plim_main_only.h"
+    #include "_binding/main_only.h"
     PLIM_MAIN_ONLY(_limiter_c, "pylimiter._limiter_c")
     #define PyInit__limiter_c plim_cython_init__limiter_c
     """

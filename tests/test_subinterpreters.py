@@ -1,6 +1,6 @@
 """Issue 32, G11: pylimiter's C extensions load in the main interpreter only,
 and a subinterpreter that tries first leaves the main one able to import
-them (pylimiter/_plim_main_only.h says why and how).
+them (pylimiter/_binding/main_only.h says why and how).
 
 Each case runs in a fresh process (an extension is loaded once per
 process), in both orders: a subinterpreter first, then the main
@@ -118,7 +118,7 @@ def _run(kind, name, order):
 
 def _refusal(name, kind):
     """The ImportError a subinterpreter gets for extension ``name``: ours
-    (pylimiter/_plim_main_only.h); in an isolated subinterpreter of 3.13+
+    (pylimiter/_binding/main_only.h); in an isolated subinterpreter of 3.13+
     CPython refuses first, through the NOT_SUPPORTED slot Cython sets."""
     ours = (f"pylimiter: the C extension {name} can only be imported in the main "
             "interpreter, not in a subinterpreter (it keeps process-wide state); use "

@@ -208,6 +208,9 @@ def check_sdist(sdist: Path, scratch: Path, python_version: str) -> str:
             "pylimiter/_limiter_c.pyx", "setup.py", "pyproject.toml", "LICENSE",
             "pylimiter/pulsar/topiclist/pulsar_topiclist_pb2.py",
             "csrc/plim_cacheq.c", "csrc/plim_cacheq.h", "pylimiter/pulsar/cache/_cache_c.pyx"]
+    # The bindings' headers (pylimiter/_binding/): every one the checkout has.
+    must += sorted(p.relative_to(ROOT).as_posix()
+                   for p in (ROOT / "pylimiter" / "_binding").glob("*.h"))
     missing = [m for m in must if m not in names]
     if missing:
         raise CheckFailed(f"{sdist.name} lacks {missing}")

@@ -1,6 +1,6 @@
-/* _plim_main_only.h: pylimiter's C extensions load in the main interpreter
- * only (issue 32, G11).  Binding code (it includes Python.h); csrc/ never
- * includes it.
+/* main_only.h: pylimiter's C extensions load in the main interpreter only
+ * (issue 32, G11).  Binding code (it includes Python.h), shared by the
+ * limiter's and the entry cache's extensions; csrc/ never includes it.
  *
  * What the extensions support
  * ---------------------------
@@ -25,11 +25,11 @@
  *
  * How an extension follows the rule (pylimiter/_<name>.pyx, module
  * pylimiter.<pkg>.<name>): a verbatim block near the top of the .pyx, with
- * this directory on the extension's include path (setup.py include_dirs):
+ * pylimiter/ on the extension's include path (setup.py include_dirs):
  *
  *     cdef extern from *:
  *         """
- *         #include "_plim_main_only.h"
+ *         #include "_binding/main_only.h"
  *         PLIM_MAIN_ONLY(<name>, "pylimiter.<pkg>.<name>")
  *         #define PyInit_<name> plim_cython_init_<name>
  *         """
@@ -43,8 +43,8 @@
  * tests/test_subinterpreters.py checks both import orders for every
  * extension listed there.
  */
-#ifndef PLIM_MAIN_ONLY_H
-#define PLIM_MAIN_ONLY_H
+#ifndef PLIM_BINDING_MAIN_ONLY_H
+#define PLIM_BINDING_MAIN_ONLY_H
 
 #include <Python.h>
 
@@ -114,4 +114,4 @@ static int plim_wrap_create(PyObject *def_obj, plim_create_fn *saved, plim_creat
         return def;                                                          \
     }
 
-#endif /* PLIM_MAIN_ONLY_H */
+#endif /* PLIM_BINDING_MAIN_ONLY_H */
