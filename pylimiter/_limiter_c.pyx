@@ -23,7 +23,7 @@ owns the Python objects and does the waking.  Rules that keep it sound:
 * Timeouts: one timer per semaphore and loop, armed for the earliest
   deadline of the loop's queued waiters, re-armed when it fires.
 * A failed request's exception is made once and raised once, by the C step
-  function (_plim_binding.h), with no traceback entry of ours.
+  function (_binding/await.h), with no traceback entry of ours.
 * binding=False: methods are plain C methods (as in a hand-written
   extension), so a call, or `async with`'s lookup of __aenter__/__aexit__,
   goes through no function-object layer.
@@ -33,7 +33,7 @@ owns the Python objects and does the waking.  Rules that keep it sound:
   refuses every call until __init__ has run; nothing is copied or pickled
   (auto_pickle off, and __reduce_ex__/__copy__/__deepcopy__ refuse); no
   deallocator runs Python code before its object has left the GC (see
-  _plim_binding.h).
+  _binding/dealloc.h).
 * A user callback (is_cancelled, a done-callback) that raises anything,
   KeyboardInterrupt included, never leaves a grant undelivered or the queue
   stopped: each loop over waiters finishes its work and raises the first
@@ -148,17 +148,34 @@ cdef extern from "plim_fast.h":
     int plim_try_acquire_inline(plim_sem_t *sem, int64_t n)
     int plim_release_inline(plim_sem_t *sem, int64_t n, plim_batch_t *b)
 
-cdef extern from "_plim_binding.h":
+# What the binding needs below Cython's reach: pylimiter/_binding/, one header
+# per concern, each opening with what it is for and its rules (the headers
+# include what they use, so the order here is free).
+cdef extern from "_binding/clock.h":
+    int64_t plim_monotonic_ns() nogil
+
+cdef extern from "_binding/compact_int.h":
+    long long plim_as_longlong(object o, int *overflow) except? -1
+
+# The request's await path (and, through it, stop_cache.h: one StopIteration
+# reused for every finished await on 3.12-3.14).
+cdef extern from "_binding/await.h":
     ctypedef PyObject *(*plim_advance_fn)(PyObject *self, int *status)
     enum:
         PLIM_STEP_YIELD
         PLIM_STEP_RETURN
         PLIM_STEP_RAISE
-    int64_t plim_monotonic_ns() nogil
     int plim_install_request(PyObject *tp, plim_advance_fn fn) except -1
     int plim_install_done(PyObject *tp) except -1
-    int plim_install_deallocs(PyObject *permit_type, Py_ssize_t count_offset,
-                              Py_ssize_t sem_offset,
+
+cdef extern from "_binding/permit_alloc.h":
+    int plim_install_permit_alloc(object permit_type, object plain_sem_type,
+                                  Py_ssize_t count_offset, Py_ssize_t sem_offset,
+                                  Py_ssize_t pending_offset) except -1
+    object plim_permit_new(object sem, int64_t n)
+
+cdef extern from "_binding/dealloc.h":
+    int plim_install_deallocs(PyObject *permit_type,
                               int (*leaked)(PyObject *, int64_t) except -1,
                               PyObject *request_type, Py_ssize_t result_offset,
                               Py_ssize_t lock_offset, void (*give_lock)(void *) noexcept) except -1
@@ -167,12 +184,12 @@ cdef extern from "_plim_binding.h":
                                 Py_ssize_t update_offset, Py_ssize_t n_offset,
                                 Py_ssize_t sem_offset,
                                 int (*forgotten)(PyObject *, int64_t, int) except -1)
-    int plim_install_permit_alloc(object permit_type, object plain_sem_type,
-                                  Py_ssize_t pending_offset) except -1
-    object plim_permit_new(object sem, int64_t n)
+
+cdef extern from "_binding/no_new.h":
     int plim_forbid_new(object type, object msg) except -1
+
+cdef extern from "_binding/specials.h":
     int plim_speed_special(object type, const char *name) except -1
-    long long plim_as_longlong(object o, int *overflow) except? -1
 
 cdef extern from "Python.h":
     ctypedef long long PY_TIMEOUT_T
@@ -343,8 +360,8 @@ cdef int _warn_forgotten(PyObject *sem, int64_t n, int is_update) except -1:
 
 
 cdef inline SemaphorePermit _new_permit(AsyncSemaphore sem, int64_t n):
-    # plim_permit_new (_plim_binding.h): from the binding's freelist, and
-    # GC-tracked only where it may close a cycle.
+    # plim_permit_new (_binding/permit_alloc.h): from the binding's
+    # freelist, and GC-tracked only where it may close a cycle.
     return <SemaphorePermit>plim_permit_new(sem, n)
 
 
@@ -1675,9 +1692,10 @@ if hasattr(_os, "register_at_fork"):
 
 
 # --------------------------------------------------------------------------
-# The deallocation hooks (_plim_binding.h) need the offsets of three object
-# fields, which Cython will not take the address of: found by looking for a
-# known value in a probe object.
+# The permit's allocation (_binding/permit_alloc.h) and the deallocation
+# hooks (_binding/dealloc.h) need the offsets of fields; Cython will not take
+# the address of an object field, so those are found by looking for a known
+# value in a probe object.
 # --------------------------------------------------------------------------
 
 cdef Py_ssize_t _offset_of(object obj, object value) except -1:
@@ -1696,14 +1714,14 @@ cdef _install_deallocs():
     cdef _Request req = _new_request(probe_sem, None, 0, None, None)
     req.permit = probe
     probe._pending = req
-    plim_install_permit_alloc(SemaphorePermit, AsyncSemaphore, _offset_of(probe, req))
+    plim_install_permit_alloc(SemaphorePermit, AsyncSemaphore,
+                              <char *>&probe._permits - <char *><PyObject *>probe,
+                              _offset_of(probe, probe_sem), _offset_of(probe, req))
     probe._pending = None
     # Made by Cython's tp_new, so tracked; a permit of a plain AsyncSemaphore
     # must not be, for plim_permit_dealloc (which untracks only the others).
     PyObject_GC_UnTrack(<PyObject *>probe)
-    plim_install_deallocs(<PyObject *>SemaphorePermit,
-                          <char *>&probe._permits - <char *><PyObject *>probe,
-                          _offset_of(probe, probe_sem), _warn_leaked,
+    plim_install_deallocs(<PyObject *>SemaphorePermit, _warn_leaked,
                           <PyObject *>_Request, _offset_of(req, probe),
                           <char *>&req.lock - <char *><PyObject *>req, _give_lock)
     req.permit = None

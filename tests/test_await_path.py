@@ -107,7 +107,7 @@ def _stopiterations_seen(sem, awaits=50):
 def test_await_reuses_one_stopiteration_or_raises_none():
     """3.12-3.14: one StopIteration, reused.  3.15: the result comes back
     through am_send, no exception at all (the binding compiles its cache
-    out there: a build-time check, _plim_binding.h)."""
+    out there: a build-time check, _binding/stop_cache.h)."""
     seen = _stopiterations_seen(C.module.AsyncSemaphore(10))
     if STOP_PER_AWAIT:
         assert len(seen) == 50
@@ -140,7 +140,7 @@ def test_a_held_stopiteration_is_never_reused():
 
 
 # Before 3.14, BEFORE_(ASYNC_)WITH binds __(a)enter__/__(a)exit__ through the
-# descriptor: the binding's own (_plim_binding.h, plim_speed_special) makes
+# descriptor: the binding's own (_binding/specials.h, plim_speed_special) makes
 # no builtin-method object.  3.14's LOAD_SPECIAL binds nothing: Cython's
 # method descriptors stay.
 SPECIALS = (("_Request", "__aenter__"), ("_Request", "__aexit__"),

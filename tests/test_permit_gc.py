@@ -1,4 +1,4 @@
-"""The C twin allocates its permits itself (_plim_binding.h, plim_permit_new):
+"""The C twin allocates its permits itself (_binding/permit_alloc.h, plim_permit_new):
 a permit of a plain AsyncSemaphore is left out of the cyclic GC (it closes
 no cycle the collector could free), one of a subclass's semaphore, which may
 keep it in its __dict__, is tracked; either way weak references, the leak
