@@ -560,11 +560,14 @@ cdef void _collect(plim_cq_entry_t *e, void *arg) noexcept:
     cdef _RangeArg *ra = <_RangeArg *>arg
     if ra.failed:
         return
-    e.flags |= PLIM_CQ_ACCESSED
     try:
         PyList_Append(<list>ra.out, _obj(e)._data)
     except BaseException:
         ra.failed = 1
+
+
+cdef void _mark_accessed(plim_cq_entry_t *e, void *arg) noexcept:
+    e.flags |= PLIM_CQ_ACCESSED
 
 
 @cython.final
@@ -706,6 +709,9 @@ cdef class EntryCache:
         plim_cq_index_range(&self.ix, l1, e1, l2, e2, _collect, &ra)
         if ra.failed:
             raise MemoryError()
+        # Marked once the list is built, in a second walk that cannot fail:
+        # a MemoryError above leaves every entry as it was (issue 32, G7).
+        plim_cq_index_range(&self.ix, l1, e1, l2, e2, _mark_accessed, NULL)
         return out
 
     def mark_read(self, position):

@@ -218,14 +218,7 @@ def _built(mod, prepare):
 
 @both
 @pytest.mark.parametrize("label", list(MANAGER_OPS))
-def test_a_memory_error_in_a_cache_operation_loses_nothing(modname, label, request):
-    if modname == C and label == "get_range":
-        # _cache_c.pyx's _collect marks each entry accessed before appending
-        # its payload: a failed append leaves the earlier ones marked.  The
-        # fix (mark in a second pass once the list is built) belongs to the
-        # extension's owner; strict, so it turns red once fixed.
-        request.applymarker(pytest.mark.xfail(
-            strict=True, reason="C get_range marks entries accessed before its list is built"))
+def test_a_memory_error_in_a_cache_operation_loses_nothing(modname, label):
     mod = import_module(modname)
     prepare, act, redo = MANAGER_OPS[label]
     build = _built(mod, prepare)
