@@ -838,7 +838,7 @@ cdef class EntryCacheManager:
         self._clock = clock
         self._caches = {}
         self._inserted_carry = 0
-        self._recompute()
+        self._recompute(max_size)
         self._queue = queue
 
     cdef inline RemovalQueue _q(self):
@@ -847,9 +847,14 @@ cdef class EntryCacheManager:
             raise contract.not_initialised_error("EntryCacheManager")
         return self._queue
 
-    cdef int _recompute(self) except -1:
-        self._trigger_bytes = contract.threshold_bytes(self._max, self._trigger)
-        self._watermark_bytes = contract.threshold_bytes(self._max, self._watermark)
+    cdef int _recompute(self, int64_t max_size) except -1:
+        # Both thresholds before any store: a MemoryError computing them
+        # leaves the limit and its thresholds as they were (issue 32, G7).
+        cdef int64_t trigger = contract.threshold_bytes(max_size, self._trigger)
+        cdef int64_t watermark = contract.threshold_bytes(max_size, self._watermark)
+        self._max = max_size
+        self._trigger_bytes = trigger
+        self._watermark_bytes = watermark
         return 0
 
     @property
@@ -864,8 +869,7 @@ cdef class EntryCacheManager:
     @max_size_bytes.setter
     def max_size_bytes(self, value):
         self._q()
-        self._max = contract.check_max_size(value)
-        self._recompute()
+        self._recompute(contract.check_max_size(value))
 
     @property
     def entry_overhead_bytes(self):

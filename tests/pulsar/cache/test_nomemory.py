@@ -250,6 +250,31 @@ def test_a_memory_error_in_a_cache_operation_loses_nothing(modname, label):
         assert seen <= {"untouched"}
 
 
+# ---- what the traces above cannot see -------------------------------------------------------
+
+
+@both
+def test_a_memory_error_setting_max_size_bytes_keeps_limit_and_thresholds_together(modname):
+    # The trace sets a limit of its own before its first pass, so it cannot
+    # tell a new limit with the old thresholds (the C twin stored the limit,
+    # then computed the thresholds in Python) from a whole update: a pass
+    # under the limit the manager shows can.
+    mod = import_module(modname)
+
+    def build():
+        m = mod.EntryCacheManager(10_000, clock=FakeClock(0), entry_overhead_bytes=0,
+                                  eviction_watermark=0.5, eviction_trigger=0.5)
+        m.cache("t").insert((0, 1), b"x" * 3000)   # under 5000, over 4000's trigger
+        return m
+
+    for _failed, m in _every_allocation(build, lambda m: setattr(m, "max_size_bytes", 4000)):
+        limit = m.max_size_bytes
+        assert limit in (10_000, 4000)
+        # 4000's thresholds (2000) evict the entry; 10_000's (5000) do not.
+        want = ((1, 3000), 0) if limit == 4000 else ((0, 0), 1)
+        assert (m.run_eviction(), len(m.cache("t"))) == want
+
+
 # ---- a RemovalQueue of its own -----------------------------------------------------------------
 
 
