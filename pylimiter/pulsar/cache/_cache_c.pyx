@@ -665,6 +665,12 @@ cdef class EntryCache:
         plim_cq_entry_init(&ce.e, charge, now, n)
         if not plim_cq_fits(&q.q, &ce.e):
             raise contract.total_bytes_error("the cache")
+        # A byte total that spills into its carry: the carry's new int is made
+        # before anything changes (a MemoryError there leaves the cache as it
+        # was, issue 32 G7); no Python code runs from here to the push.
+        carry = None
+        if size > MAX_ID - m._inserted_bytes:
+            carry = m._inserted_carry + m._inserted_bytes
         if plim_cq_index_put(&self.ix, &ce.e, l, e) != 0:
             raise MemoryError()     # 1 and -2 are ruled out above
         ce._key = _POSITION_KEY
@@ -672,8 +678,8 @@ cdef class EntryCache:
         Py_INCREF(ce)
         plim_cq_push(&q.q, &ce.e)
         m._inserts += 1
-        if size > MAX_ID - m._inserted_bytes:
-            m._inserted_carry += m._inserted_bytes
+        if carry is not None:
+            m._inserted_carry = carry
             m._inserted_bytes = 0
         m._inserted_bytes += size
         if q.q.bytes > m._trigger_bytes:

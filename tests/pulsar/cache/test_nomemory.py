@@ -275,6 +275,31 @@ def test_a_memory_error_setting_max_size_bytes_keeps_limit_and_thresholds_togeth
         assert (m.run_eviction(), len(m.cache("t"))) == want
 
 
+@both
+def test_a_memory_error_in_an_insert_whose_byte_total_spills(modname):
+    # The C twin keeps the payload bytes ever inserted in an int64 plus a
+    # Python int carry; an insert that spills into the carry once counted
+    # itself, then failed making the carry's int, and average_entry_size
+    # halved.  A stride-0 view: 2**62 bytes that take one.
+    np = pytest.importorskip("numpy")
+    huge = memoryview(np.lib.stride_tricks.as_strided(np.zeros(1, np.uint8), shape=(1 << 62,),
+                                                      strides=(0,)))
+    assert huge.nbytes == 1 << 62
+    mod = import_module(modname)
+
+    def build():
+        m = mod.EntryCacheManager(10_000, clock=FakeClock(0), entry_overhead_bytes=0)
+        m.cache("t").insert((0, 1), huge)   # counted, then evicted at once
+        return m
+
+    for _failed, m in _every_allocation(build, lambda m: m.cache("t").insert((0, 2), huge)):
+        m.run_eviction()    # finishes the eviction the insert starts, if it failed
+        # Not inserted, or inserted and counted in full.
+        assert (m.stats().inserts, m.average_entry_size) in ((1, 1 << 62), (2, 1 << 62))
+        assert (len(m.cache("t")), m.size) == (0, 0)
+        check_manager(m, ["t"])
+
+
 # ---- a RemovalQueue of its own -----------------------------------------------------------------
 
 
