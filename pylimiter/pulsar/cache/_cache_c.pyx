@@ -38,11 +38,12 @@ Not thread-safe, as the pure twin: one thread (an asyncio loop) per manager.
 """
 
 cimport cython
-from cpython.list cimport PyList_Append
 from cpython.long cimport PyLong_AsLongLongAndOverflow
+from cpython.mem cimport PyMem_Free, PyMem_Malloc, PyMem_Realloc
 from cpython.ref cimport PyObject, Py_DECREF, Py_INCREF
 from cpython.tuple cimport PyTuple_GET_ITEM, PyTuple_GET_SIZE
 from libc.stdint cimport INT64_MIN, int64_t, uint32_t, uint64_t
+from libc.string cimport memcpy
 
 import time as _time
 
@@ -130,6 +131,9 @@ cdef extern from "plim_cacheq.h":
 cdef extern from "Python.h":
     Py_ssize_t PyBytes_GET_SIZE(object o)
     object PyObject_CallNoArgs(object callable)
+    # For _collect, which runs inside a core walk: -1 is returned, not raised.
+    int _list_append "PyList_Append"(PyObject *lst, PyObject *item) noexcept
+    void PyErr_Clear() noexcept
 
 # Entries made by an EntryCache have their position as key, kept as two
 # int64 in the core entry instead of a tuple object (memory per entry).
@@ -551,23 +555,47 @@ cdef class RemovalQueue:
 # ---- EntryCache --------------------------------------------------------------------
 
 
+cdef enum:
+    _RANGE_SMALL = 32   # entries get_range remembers without allocating
+
+
 cdef struct _RangeArg:
-    PyObject *out
+    PyObject *out               # the list of payloads
+    plim_cq_entry_t **seen      # their entries: small, or PyMem once it is outgrown
+    Py_ssize_t n, cap
     int failed
+    plim_cq_entry_t *small[_RANGE_SMALL]
 
 
 cdef void _collect(plim_cq_entry_t *e, void *arg) noexcept:
+    # Appends e's payload and remembers e, no more: get_range marks the
+    # entries once the list is complete.  A failed allocation (MemoryError,
+    # the one way either fails) stops the collection with the error
+    # cleared; get_range raises.  Runs no Python code.
     cdef _RangeArg *ra = <_RangeArg *>arg
+    cdef PyObject *obj = <PyObject *>(<char *>e - ENTRY_OFFSET)   # _obj(e), borrowed
+    cdef plim_cq_entry_t **grown
     if ra.failed:
         return
-    try:
-        PyList_Append(<list>ra.out, _obj(e)._data)
-    except BaseException:
+    if ra.n == ra.cap:
+        if ra.seen == ra.small:
+            grown = <plim_cq_entry_t **>PyMem_Malloc(2 * ra.cap * sizeof(plim_cq_entry_t *))
+            if grown != NULL:
+                memcpy(grown, ra.small, ra.n * sizeof(plim_cq_entry_t *))
+        else:
+            grown = <plim_cq_entry_t **>PyMem_Realloc(ra.seen,
+                                                      2 * ra.cap * sizeof(plim_cq_entry_t *))
+        if grown == NULL:
+            ra.failed = 1
+            return
+        ra.seen = grown
+        ra.cap *= 2
+    if _list_append(ra.out, <PyObject *>(<CacheEntry>obj)._data) < 0:
+        PyErr_Clear()
         ra.failed = 1
-
-
-cdef void _mark_accessed(plim_cq_entry_t *e, void *arg) noexcept:
-    e.flags |= PLIM_CQ_ACCESSED
+        return
+    ra.seen[ra.n] = e
+    ra.n += 1
 
 
 @cython.final
@@ -710,14 +738,23 @@ cdef class EntryCache:
         _parse_pos(last, &l2, &e2, True)
         out = []
         cdef _RangeArg ra
+        cdef Py_ssize_t i
         ra.out = <PyObject *>out
+        ra.seen = ra.small
+        ra.n = 0
+        ra.cap = _RANGE_SMALL
         ra.failed = 0
         plim_cq_index_range(&self.ix, l1, e1, l2, e2, _collect, &ra)
+        if not ra.failed:
+            # Marked once the list is complete: a MemoryError leaves every
+            # entry as it was (issue 32, G7).  No Python code ran since the
+            # walk, so every entry it saw is still cached.
+            for i in range(ra.n):
+                ra.seen[i].flags |= PLIM_CQ_ACCESSED
+        if ra.seen != ra.small:
+            PyMem_Free(ra.seen)
         if ra.failed:
             raise MemoryError()
-        # Marked once the list is built, in a second walk that cannot fail:
-        # a MemoryError above leaves every entry as it was (issue 32, G7).
-        plim_cq_index_range(&self.ix, l1, e1, l2, e2, _mark_accessed, NULL)
         return out
 
     def mark_read(self, position):

@@ -300,6 +300,38 @@ def test_a_memory_error_in_an_insert_whose_byte_total_spills(modname):
         check_manager(m, ["t"])
 
 
+@both
+def test_a_memory_error_in_a_long_get_range_marks_nothing(modname):
+    # More entries than the C twin remembers without allocating (32): its
+    # list of the entries to mark grows on the heap, and that can fail too.
+    mod = import_module(modname)
+
+    def build():
+        m = mod.EntryCacheManager(10**6, clock=FakeClock(10**9), entry_overhead_bytes=0,
+                                  eviction_watermark=0.5, eviction_trigger=0.5)
+        for i in range(100):
+            m.cache("t").insert((1, i), b"p" * 10)
+        return m
+
+    def after(m):
+        # A size walk down to half: the entries get_range marked are
+        # requeued, the others removed, so what is left shows the marks.
+        m.max_size_bytes = 1000
+        m.run_eviction()
+        return [p in m.cache("t") for p in ((1, i) for i in range(100))]
+
+    def act(m):
+        return m.cache("t").get_range((1, 0), (1, 59))
+
+    untouched = after(build())
+    m = build()
+    assert act(m) == [b"p" * 10] * 60
+    done = after(m)
+    assert done != untouched, "the marks change nothing: the test shows nothing"
+    for failed, m in _every_allocation(build, act):
+        assert after(m) == (untouched if failed else done)
+
+
 # ---- a RemovalQueue of its own -----------------------------------------------------------------
 
 
