@@ -33,6 +33,14 @@ the tests run every case against both.  Rules that keep this module sound:
   attribute raises ``NotInitialisedError``; ``__init__`` runs once.
 * Copying or pickling any of these objects is a TypeError: a copy would
   share (or lose) the core's links.
+* A MemoryError changes nothing half-way (see
+  tests/pulsar/cache/test_nomemory.py): an operation on entries makes
+  every object it may fail to make before its first change (get_range
+  marks what it read once its list is complete; an insert makes its
+  byte total's carry before the entry goes in; the max_size_bytes setter
+  computes both thresholds before storing any), and what fails after the
+  last change (a result tuple) leaves the operation done.  A walk stops
+  between two entries, as when the clock raises.
 
 Not thread-safe, as the pure twin: one thread (an asyncio loop) per manager.
 """
