@@ -41,6 +41,7 @@ PYENV = Path(os.environ.get("PYENV_ROOT", Path.home() / ".pyenv")) / "versions"
 VERSIONS = ["3.10", "3.11", "3.12", "3.13", "3.14", "3.15"]
 #: Reachable here only as Debian sid packages, run in the sid root.
 SID_VERSIONS = {"3.14", "3.15"}
+RESULTS = ROOT / "benchmarks" / "results"
 SID_ROOT = ROOT / "wheels" / "work" / "sid" / "amd64"
 IN_SID = [ROOT / "wheels" / "in_sid.sh", "amd64"]
 PROG = "python -m benchmarks.table"
@@ -241,11 +242,13 @@ def headline_text(rows: list[dict], env: dict, versions: list[str], full: dict) 
 
 def write_headline(rows: list[dict], env: dict, versions: list[str], full: dict,
                    path: Path) -> None:
-    """headline.md, then README.md's copy between the markers (when the
-    README is there: a run from an installed tree has none)."""
+    """headline.md, then README.md's copy between the markers: only for the
+    checkout's own results folder (a run into another folder, such as a
+    test's, leaves the README alone; an installed tree has no README)."""
     text = headline_text(rows, env, versions, full)
     path.write_text(text, encoding="utf-8")
-    sync_readme(text)
+    if path.resolve().parent == RESULTS.resolve():
+        sync_readme(text)
 
 
 def sync_readme(text: str, readme: Path = ROOT / "README.md") -> bool:
@@ -331,7 +334,7 @@ def main(argv=None) -> int:
                     help="figure keys (default: all)")
     ap.add_argument("--scale", type=positive_float, default=1.0,
                     help="multiplies every figure's number of rounds")
-    ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
+    ap.add_argument("--out", type=Path, default=RESULTS)
     ap.add_argument("--render", action="store_true",
                     help="measure nothing: rewrite figures.md, headline.md and README.md's "
                          "copy from the figures.csv and figures.json already in --out")
