@@ -3,9 +3,11 @@ process of an executor opens the same :class:`~pylimiter.SharedSemaphore`,
 so the processes on one host share one budget.
 
 - ``host-handoff``: a semaphore of one permit; each process runs one thread
-  that loops ``acquire_blocking(1)`` -> ``release``.  Strict FIFO makes the
-  permit go round the processes, so nearly every grant is a hand-off from
-  one process to another.  The *hand-off latency* is the wall time from the
+  that loops ``acquire_blocking(1)`` -> a short critical section (a
+  ``HANDOFF_HOLD_S`` busy wait, so that the others are parked by the time
+  it ends) -> ``release``.  Strict FIFO makes the permit go round the
+  processes, so nearly every grant is a hand-off from one process to
+  another while they all run.  The *hand-off latency* is the wall time from the
   releaser reading CLOCK_MONOTONIC just before ``release`` (it writes the
   reading and its pid on a small shared board while it still holds the
   permit) to the grantee reading it when its call returns; a grant counts
@@ -22,13 +24,21 @@ so the processes on one host share one budget.
   to the grant.
 
 Per core count k (1 .. the cluster's parallelism) one Spark *barrier*
-stage runs k tasks at once, one per Python worker process; the processes
-meet at a barrier before every round and every side, so each round's sides
-run in every process at the same time, the order flipped every round (as
-:func:`pylimiter.bench.interleave.interleaved` does in one process).  After
-every round each process reads the segment's high-water mark
+stage runs k tasks at once, one per Python worker process.  The processes
+of a host run every round's sides in the same time slots, the order
+flipped every round (as :func:`pylimiter.bench.interleave.interleaved` does
+in one process): a barrier cannot start them together, because Spark's
+``BarrierTaskContext.barrier()`` lets some tasks go up to a second after
+the others (measured here: one of two tasks returned at once, the other
+1.1 s later, round after round).  So the barrier only orders the phases
+(all attached; all idle), and the windows follow a schedule on
+CLOCK_MONOTONIC, which every process of a host shares: once attached,
+each process proposes "now + LEAD_S" on the stage's board (the largest
+proposal wins); after the first barrier all read the winner as the first
+slot's start, and slot i starts ``i * (budget + gap)`` later.
+After every window each process reads the segment's high-water mark
 (``peak_acquired_permits``); after the last one, once all processes are
-idle, the host's books (``acquired_permits``, ``queue_size``,
+idle (a barrier), the host's books (``acquired_permits``, ``queue_size``,
 ``holders()``) must be back to zero.
 
 Everything here but the Spark stage itself is plain Python: the trial takes
@@ -60,6 +70,8 @@ HOST_SCENARIOS = {
     "host-load": "16 permits shared by k Python workers (100 asyncio tasks each): "
                  "acquire(1), 1 ms hold, release; host throughput",
 }
+#: host-handoff: the holder's critical section (a busy wait, seconds)
+HANDOFF_HOLD_S = 20e-6
 #: host-load: asyncio tasks per process, permits of the host, simulated hold
 HOST_TASKS = 100
 HOST_PERMITS = 16
@@ -68,9 +80,12 @@ HOLD_S = 0.001
 SIDES = {"host-handoff": ("shared", "flock"), "host-load": ("shared",)}
 #: What a side's acquire may wait at most: a trial never hangs a Spark task.
 ACQUIRE_TIMEOUT_S = 60.0
-#: Processes start a side this long after the barrier released them, so
-#: that the barrier's own spread does not fall into the measured window.
-START_DELAY_NS = 20_000_000
+#: The first window opens this long after the last process proposed a
+#: start: longer than a Spark barrier's spread (up to ~1.1 s measured).
+LEAD_S = 1.5
+#: Time between windows (for host-load: at least the budget): the drain
+#: of requests still out at a window's end happens there.
+GAP_S = {"host-handoff": 0.1, "host-load": 0.25}
 
 #: One row per process, round and side.
 HOST_FIELDS = [
@@ -149,12 +164,13 @@ async def load_loop(acquire: Callable[[], Awaitable[Any]], release: Callable[[An
 
 
 class Board:
-    """Two words in a small shared file: the pid of the last process to
-    release the permit and its CLOCK_MONOTONIC reading just before it did.
-    Written only by the holder of the (single) permit, so the limiter's own
-    hand-off orders each write before the next holder's read."""
+    """Words in a small shared file: the pid of the last process to release
+    the permit and its CLOCK_MONOTONIC reading just before it did (written
+    only by the holder of the single permit, so the limiter's own hand-off
+    orders each write before the next holder's read); then the stage's
+    first window start (``propose_start``)."""
 
-    SIZE = 16
+    SIZE = 24
 
     def __init__(self, path: str):
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
@@ -171,6 +187,21 @@ class Board:
     def write(self, pid: int, ns: int) -> None:
         struct.pack_into("=qq", self._map, 0, pid, ns)
 
+    def propose_start(self, ns: int, fd_path: str) -> None:
+        """Raise the stage's start to ``ns`` if it is later (under an flock
+        of ``fd_path``: processes propose at the same time)."""
+        fd = os.open(fd_path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            (cur,) = struct.unpack_from("=q", self._map, 16)
+            if ns > cur:
+                struct.pack_into("=q", self._map, 16, ns)
+        finally:
+            os.close(fd)         # drops the flock
+
+    def start(self) -> int:
+        return struct.unpack_from("=q", self._map, 16)[0]
+
     def close(self) -> None:
         self._map.close()
 
@@ -184,11 +215,12 @@ class HandoffTally:
 
 
 def handoff_loop(acquire: Callable[[], Any], release: Callable[[Any], None], board: Board,
-                 start_ns: int, end_ns: int) -> HandoffTally:
-    """Loop ``acquire()`` -> ``release(token)`` from ``start_ns`` to
-    ``end_ns`` (CLOCK_MONOTONIC), timing each hand-off from another
-    process (see the module's docstring)."""
+                 start_ns: int, end_ns: int, hold_s: float = HANDOFF_HOLD_S) -> HandoffTally:
+    """Loop ``acquire()`` -> busy ``hold_s`` -> ``release(token)`` from
+    ``start_ns`` to ``end_ns`` (CLOCK_MONOTONIC), timing each hand-off from
+    another process (see the module's docstring)."""
     clock = time.monotonic_ns
+    hold_ns = int(hold_s * 1e9)
     me = os.getpid()
     tally = HandoffTally()
     delay = start_ns - clock()
@@ -207,6 +239,9 @@ def handoff_loop(acquire: Callable[[], Any], release: Callable[[Any], None], boa
             # process was parked (or on its way to park) when it did.
             if last_pid not in (0, me) and t0 <= released_ns <= t1:
                 tally.latencies.append(t1 - released_ns)
+        until = t1 + hold_ns
+        while clock() < until:
+            pass
         board.write(me, clock())
         release(token)
 
@@ -243,9 +278,9 @@ class _Handoff:
     """The two sides of host-handoff in one process: the shared semaphore
     and the flock anchor, over one board."""
 
-    def __init__(self, sem, directory: str, name: str):
+    def __init__(self, sem, board: Board, directory: str, name: str):
         self.sem = sem
-        self.board = Board(_side_path(directory, name, "board"))
+        self.board = board
         self.lock_fd = os.open(_side_path(directory, name, "flock"),
                                os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
 
@@ -260,7 +295,6 @@ class _Handoff:
                             start_ns, end_ns)
 
     def close(self) -> None:
-        self.board.close()
         os.close(self.lock_fd)
 
 
@@ -268,7 +302,7 @@ def run_host_trial(scenario: str, impl: str, cores: int, partition: int, *, run:
                    rounds: int, budget_s: float, barrier: Callable[[], None],
                    directory: Optional[str] = None, warmup: int = 1,
                    tasks: int = HOST_TASKS, permits: int = HOST_PERMITS,
-                   hold_s: float = HOLD_S) -> list[dict]:
+                   hold_s: float = HOLD_S, lead_s: float = LEAD_S) -> list[dict]:
     """One process's part of a host-wide stage: open the stage's segment,
     run ``warmup`` + ``rounds`` rounds of the scenario's sides
     (``budget_s`` seconds each), check the books, detach, and return one row
@@ -277,7 +311,9 @@ def run_host_trial(scenario: str, impl: str, cores: int, partition: int, *, run:
     ``barrier()`` must return only when every process of the stage has
     called it (Spark's ``BarrierTaskContext.barrier``, or a
     ``multiprocessing.Barrier``'s ``wait``); every process calls it the same
-    number of times whatever fails, so a failure is a row, never a hang."""
+    number of times whatever fails, so a failure is a row, never a hang.
+    ``lead_s``: from the last process's proposal to the first window (more
+    than the barrier's spread)."""
     if scenario not in HOST_SCENARIOS:
         raise ValueError(f"unknown host-wide scenario {scenario!r}")
     mod = IMPLEMENTATIONS[impl].module_of("shared")
@@ -293,23 +329,32 @@ def run_host_trial(scenario: str, impl: str, cores: int, partition: int, *, run:
             "host": socket.gethostname(), "pid": os.getpid()}
     rows: list[dict] = []
     failure: Optional[str] = None
-    sem = handoff = None
+    sem = handoff = board = None
+    clock_lock = _side_path(directory, name, "lock")
     try:
         sem = mod.SharedSemaphore(name, limit, 0, None, directory=directory)
+        board = Board(_side_path(directory, name, "board"))
         if scenario == "host-handoff":
-            handoff = _Handoff(sem, directory, name)
+            handoff = _Handoff(sem, board, directory, name)
+        board.propose_start(time.monotonic_ns() + int(lead_s * 1e9), clock_lock)
     except Exception as exc:
         failure = f"open: {type(exc).__name__}: {exc}"
-    barrier()                             # everyone attached (or failed to)
+    barrier()                 # everyone attached and proposed: the latest start wins
+    first = board.start() if board is not None else 0
+    slot_ns = int((budget_s + GAP_S[scenario]) * 1e9)
+    slot = 0
     for r in range(warmup + rounds):
         order = sides if r % 2 == 0 else sides[::-1]
         for side in order:
-            barrier()
-            start = time.monotonic_ns() + START_DELAY_NS
+            start = first + slot * slot_ns
             end = start + int(budget_s * 1e9)
-            row = dict(base, round=r - warmup, side=side, seconds=budget_s, grants=0,
+            slot += 1
+            # A process still draining the last window starts late: its
+            # window is what is left of the slot.
+            seconds = max(0, end - max(start, time.monotonic_ns())) / 1e9
+            row = dict(base, round=r - warmup, side=side, seconds=seconds, grants=0,
                        handoffs=0, errors=0, failure=failure)
-            if failure is None:
+            if failure is None and seconds > 0:
                 try:
                     if handoff is not None:
                         t = handoff.run(side, start, end)
@@ -333,7 +378,7 @@ def run_host_trial(scenario: str, impl: str, cores: int, partition: int, *, run:
                 except Exception as exc:
                     row.update(errors=row["errors"] + 1,
                                failure=f"{side}: {type(exc).__name__}: {exc}")
-            row["grants_per_s"] = row["grants"] / budget_s
+            row["grants_per_s"] = row["grants"] / seconds if seconds > 0 else None
             if r >= warmup:
                 rows.append(row)
     barrier()                             # every process idle: the books must be clean
@@ -347,9 +392,12 @@ def run_host_trial(scenario: str, impl: str, cores: int, partition: int, *, run:
         sem.close()
     if handoff is not None:
         handoff.close()
-    barrier()                             # every process detached: remove the files
+    if board is not None:
+        board.close()
+    # Every process is past its last window: the files can go (a process
+    # still reading its books keeps its mapping).
     mod.SharedSemaphore.unlink(name, directory)
-    for suffix in ("board", "flock"):
+    for suffix in ("board", "flock", "lock"):
         try:
             os.unlink(_side_path(directory, name, suffix))
         except FileNotFoundError:

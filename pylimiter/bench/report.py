@@ -25,6 +25,8 @@ from ..spark.report import (
     save_figure,
 )
 
+from .hostwide_report import add_host_section, host_verdicts
+
 __all__ = ["RunResult", "print_summary", "summary_rows", "verdict", "write_report"]
 
 IMPL_COLORS = {"c": "#1f77b4", "python": "#ff7f0e", "anchor": "#555555"}
@@ -46,6 +48,11 @@ class RunResult:
     master: str = ""
     trials: int = 0
     elapsed_s: float = 0.0
+    #: The host-wide stages (pylimiter.bench.hostwide_pipeline): summary,
+    #: per-round table, and the session's (executors, cores each).
+    host: Any = None
+    host_rounds: Any = None
+    host_layout: Any = None
 
 
 def _ok(v) -> bool:
@@ -472,8 +479,8 @@ def write_report(out: Path, res: RunResult, *, spark_version: Optional[str],
         "pylimiter benchmark grid",
         subtitle=f"master={res.master}  trials={res.trials}  elapsed={res.elapsed_s:.0f} s",
         command=command, env=environment(spark_version))
-    page.verdicts(verdict(summary, scaling) or [Verdict("The grid ran", "no grid trials "
-                                                        "were run", None)])
+    page.verdicts((verdict(summary, scaling) + host_verdicts(res.host))
+                  or [Verdict("The grid ran", "no grid trials were run", None)])
     page.paragraph("Each trial runs pylimiter, its stdlib anchor and (tasks, timeouts) the "
                    "same work without a limiter in interleaved rounds in one executor "
                    "process, the order flipped every round, timed in thread CPU time (wall "
@@ -492,7 +499,10 @@ def write_report(out: Path, res: RunResult, *, spark_version: Optional[str],
             "impl": "impl", "executors": "executors at once", "trials": "trials",
             "median_ops_per_s_per_executor": "ops/s per executor (median)",
             "aggregate_ops_per_s": "ops/s in all", "leaked_permits": "leaked permits"})
+    add_host_section(page, res.host, res.host_rounds, res.host_layout, out)
     written = ((["summary", "results", "trials"] if summary is not None else [])
-               + (["scaling", "scaling_trials"] if scaling is not None else []))
+               + (["scaling", "scaling_trials"] if scaling is not None else [])
+               + (["host_summary", "host_rounds", "host_rows"] if res.host is not None
+                  else []))
     page.files([f"{t}.{fmt}" for t in written for fmt in ("csv", "parquet")], "Raw rows")
     return page.write(out)
