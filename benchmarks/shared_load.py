@@ -141,6 +141,8 @@ class RedisSemaphore:
         self._ids = 0
         self._rng = random.Random(seed)
         self.expired = 0     # releases that found their lease gone
+        self.calls = 0       # acquire scripts run before ``window_end`` (ns)
+        self.window_end = 1 << 62
 
     async def prepare(self, client, connections: int) -> None:
         """Load the scripts and open ``connections`` connections (one per
@@ -152,9 +154,12 @@ class RedisSemaphore:
     async def acquire(self) -> str:
         self._ids += 1
         ident = f"{self._prefix}{self._ids}"
-        while not await self._acquire(keys=self.keys, args=[ident, self.limit, self.ttl_ms]):
+        while True:
+            if time.monotonic_ns() <= self.window_end:
+                self.calls += 1
+            if await self._acquire(keys=self.keys, args=[ident, self.limit, self.ttl_ms]):
+                return ident
             await asyncio.sleep(self.poll_s * (0.5 + self._rng.random()))
-        return ident
 
     async def release(self, ident: str) -> None:
         if not await self._release(keys=self.keys[:2], args=[ident]):
@@ -255,10 +260,12 @@ def _run_job(job: dict, conn) -> dict:
                                      job["poll_s"], seed=os.getpid())
                 await sem.prepare(client, job["tasks"])
                 start_ns, end_ns = ready()
+                sem.window_end = end_ns
                 tally = await load_loop(sem.acquire, sem.release, tasks=job["tasks"],
                                         hold_s=job["hold_s"], start_ns=start_ns,
                                         end_ns=end_ns, release_awaits=True)
                 out["expired"] = sem.expired
+                out["calls"] = sem.calls
                 return tally
             finally:
                 await client.aclose()
@@ -391,6 +398,8 @@ def run_side(side: str, workers: Workers, *, rnd: int, tasks: int, permits: int,
             row["peak"] = books.get("hwm", 0)
             row["host_grants"] = books.get("grants", 0)
             row["expired_leases"] = sum(r.get("expired", 0) for r in results)
+            # What polling costs: acquire scripts run per second of window.
+            row["redis_calls_per_s"] = sum(r.get("calls", 0) for r in results) / seconds
             left = client.zcard(redis_keys(name)[0]) + client.zcard(redis_keys(name)[1])
             row["left_held"] = left
             if left:
@@ -492,6 +501,8 @@ def summarise(rows: list[dict], permits: int) -> list[dict]:
             "peak": max(r["peak"] for r in rs), "limit": permits,
             "books": "balanced" if all(r["books"] == "balanced" for r in rs)
             else "; ".join(r["books"] for r in rs if r["books"] != "balanced"),
+            "redis_calls_per_s": (statistics.median(r["redis_calls_per_s"] for r in rs)
+                                  if s == "redis" else None),
         })
     for s in sides:
         for other in sides:
@@ -525,6 +536,10 @@ def table(summary: list[dict], meta: str) -> str:
             f"{s['wait_p50_us'] / 1e3:,.2f} ms | {s['wait_p99_us'] / 1e3:,.2f} ms | "
             f"{s['wait_max_us'] / 1e3:,.1f} ms | {s['task_grants_min']}-{s['task_grants_max']} | "
             f"{s['peak']} / {s['limit']} | {s['books']} |")
+    for s in summary:
+        if s.get("redis_calls_per_s"):
+            lines += ["", f"Redis: {s['redis_calls_per_s']:,.0f} acquire-script calls/s (the "
+                      f"polling) for {s['grants_per_s']:,.0f} grants/s (medians over rounds)."]
     ratios = [s for s in summary if "ratio" in s]
     if ratios:
         lines += ["", "| throughput ratio | median of per-round ratios (IQR) | rounds |",
