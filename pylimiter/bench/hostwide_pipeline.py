@@ -26,7 +26,7 @@ from ..spark.rows import failure_row, schema, typed_row
 from .hostwide import HOST_FIELDS, HOST_SCENARIOS, new_run_id
 
 __all__ = ["HOST_ROUNDS_SQL", "HOST_SUMMARY_SQL", "HostResult", "executor_layout",
-           "run_hostwide"]
+           "remove_run_files", "run_hostwide"]
 
 
 def _host_partition(args):
@@ -124,6 +124,25 @@ class HostResult:
         self.executors, self.cores_per_executor = executors, cores_per_executor
 
 
+def remove_run_files(directory: Optional[str], run: str) -> list[str]:
+    """Remove this host's files of run ``run`` (segments, boards, locks)
+    from the segment directory; returns their names."""
+    import glob
+    import os
+
+    from .._shared_common import segment_dir
+
+    gone = []
+    for path in glob.glob(os.path.join(segment_dir(directory),
+                                       f"pylimiter-{os.getuid()}-bench-{run}-*")):
+        try:
+            os.unlink(path)
+            gone.append(os.path.basename(path))
+        except FileNotFoundError:
+            pass
+    return gone
+
+
 def executor_layout(sc) -> tuple[Optional[int], Optional[int]]:
     """(executors, cores each) of the session: local mode is one executor
     (the driver's JVM) with the whole parallelism."""
@@ -150,13 +169,19 @@ def run_hostwide(spark, scenarios, impls, kmax: int, rounds: int, budget: float,
     run = new_run_id()
     parts = []
     total = sum(range(1, kmax + 1)) * len(impls) * len(scenarios)
-    with JobProgress(sc, "host-wide", total, progress):
-        for scenario in scenarios:
-            for impl in impls:
-                for k in range(1, kmax + 1):
-                    rdd = sc.parallelize(range(k), k).barrier().mapPartitions(
-                        _host_partition((scenario, impl, k, run, rounds, budget, directory)))
-                    parts.extend(rdd.collect())
+    try:
+        with JobProgress(sc, "host-wide", total, progress):
+            for scenario in scenarios:
+                for impl in impls:
+                    for k in range(1, kmax + 1):
+                        rdd = sc.parallelize(range(k), k).barrier().mapPartitions(
+                            _host_partition((scenario, impl, k, run, rounds, budget,
+                                             directory)))
+                        parts.extend(rdd.collect())
+    finally:
+        # A stage cut short (Ctrl-C, a killed worker) leaves its files; on
+        # this host (all of local[*]'s), the run's own are removed.
+        remove_run_files(directory, run)
     rows = spark.createDataFrame(parts, schema(HOST_FIELDS))
     rows.createOrReplaceTempView("host_rows")
     per_round = spark.sql(HOST_ROUNDS_SQL).cache()

@@ -126,3 +126,16 @@ def test_board_round_trips_between_mappings(tmp_path):
     finally:
         a.close()
         b.close()
+
+
+def test_remove_run_files_takes_only_this_runs(tmp_path):
+    from pylimiter.bench.hostwide_pipeline import remove_run_files
+
+    uid = os.getuid()
+    mine = [f"pylimiter-{uid}-bench-abc-host-load-c-k2", f"pylimiter-{uid}-bench-abc-x.board"]
+    others = [f"pylimiter-{uid}-bench-abd-host-load-c-k2", f"pylimiter-{uid}-uploads",
+              "bench-abc-host-load"]
+    for n in mine + others:
+        (tmp_path / n).write_text("")
+    assert sorted(remove_run_files(str(tmp_path), "abc")) == sorted(mine)
+    assert sorted(os.listdir(tmp_path)) == sorted(others)
