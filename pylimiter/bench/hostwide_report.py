@@ -150,9 +150,11 @@ def host_verdicts(summary) -> list[Verdict]:
     return rows
 
 
-def plot_hostwide(summary, path: Path) -> bool:
+def plot_hostwide(summary, path: Path, log_axis=None) -> bool:
     """Three panels against k (workers at once): host-handoff grants/s and
-    hand-offs/s, host-handoff latency p50/p99 (log), host-load grants/s."""
+    hand-offs/s, host-handoff latency p50/p99 (log), host-load grants/s.
+    ``log_axis(ax, "y")`` labels a log axis (the grid report passes its
+    own, so both read alike)."""
     if summary is None or summary.empty:
         return False
     plt = _plt()
@@ -202,8 +204,6 @@ def plot_hostwide(summary, path: Path) -> bool:
                         color=IMPL_COLORS.get(impl), alpha=0.15)
     ax.set_title("host-load (limit 16, 100 tasks/worker): grants/s", fontsize=10)
     ax.set_ylabel("grants per second, host-wide (log)")
-    from .report import _readable_log_axis   # the grid's own tick style
-
     for ax in axes:
         if not ax.lines:
             ax.set_visible(False)
@@ -211,7 +211,8 @@ def plot_hostwide(summary, path: Path) -> bool:
         ax.set_yscale("log")
         lo, hi = ax.get_ylim()
         ax.set_ylim(lo / 1.3, hi * 1.3)
-        _readable_log_axis(ax, "y")
+        if log_axis is not None:
+            log_axis(ax, "y")
         ax.set_xticks(ks)
         ax.set_xlim(min(ks) - 0.3, max(ks) + 0.3)
         ax.set_xlabel("k: Python workers on one SharedSemaphore")
@@ -257,15 +258,15 @@ def _layout_text(layout) -> str:
     return f"this session: {plural(execs, 'executor')} x {plural(cores, 'core')}"
 
 
-def add_host_section(page, summary, rounds, layout, out: Path) -> None:
+def add_host_section(page, summary, layout, out: Path, log_axis=None) -> None:
     """The section "Host-wide: one SharedSemaphore per host" (nothing when
-    the host-wide scenarios did not run)."""
+    the host-wide scenarios did not run); ``log_axis``: see plot_hostwide."""
     if summary is None or summary.empty:
         return
     page.heading("Host-wide: one SharedSemaphore per host")
     for i, text in enumerate(HOST_WIDE_TEXT):
         page.paragraph(text + (f"  ({_layout_text(layout).capitalize()}.)" if i == 0 else ""))
-    if plot_hostwide(summary, Path(out) / "hostwide.png"):
+    if plot_hostwide(summary, Path(out) / "hostwide.png", log_axis):
         page.figure("hostwide.png", "Medians over rounds against k, the Python workers "
                     "sharing one SharedSemaphore on one host (a shaded band: the IQR over "
                     "rounds).  fcntl.flock: the same workers and rounds, the C run's stage.")

@@ -499,7 +499,7 @@ def write_report(out: Path, res: RunResult, *, spark_version: Optional[str],
             "impl": "impl", "executors": "executors at once", "trials": "trials",
             "median_ops_per_s_per_executor": "ops/s per executor (median)",
             "aggregate_ops_per_s": "ops/s in all", "leaked_permits": "leaked permits"})
-    add_host_section(page, res.host, res.host_rounds, res.host_layout, out)
+    add_host_section(page, res.host, res.host_layout, out, log_axis=_readable_log_axis)
     written = ((["summary", "results", "trials"] if summary is not None else [])
                + (["scaling", "scaling_trials"] if scaling is not None else [])
                + (["host_summary", "host_rounds", "host_rows"] if res.host is not None
