@@ -68,7 +68,8 @@ def test_host_wide_stages_on_spark(spark, tmp_path, capsys):
     assert "hostwide.png" in page
 
 
-def test_host_wide_only_is_not_an_empty_grid(monkeypatch):
+@pytest.mark.slow
+def test_host_wide_only_is_not_an_empty_grid():
     """--scenarios host-load alone is work to do; with --host-cores 0 too,
     nothing is left and the command says so before starting Spark."""
     pytest.importorskip("pyspark")
