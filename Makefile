@@ -11,23 +11,50 @@ PURE_VENV ?= .venv-pure
 
 all: build
 
+# $(call step,WHAT,HOW LONG,COMMAND): say what COMMAND does and about how
+# long it takes here (pip -q prints nothing for minutes), run it, say how
+# long it took.
+step = @printf '== %s (%s)\n' "$(1)" "$(2)"; t0=$$(date +%s); $(3) || exit $$?; \
+	echo "   done in $$(( $$(date +%s) - t0 )) s"
+ALL_EXTRAS := spark,topiclist,prometheus
+
 # The dev tools (pyproject's PEP 735 `dev` group), then pylimiter itself,
 # editable with every extra, so `.venv/bin/python` imports it from any
 # directory while `make build` keeps the in-place extension fresh.
 $(VENV)/.deps: pyproject.toml
-	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q --upgrade "pip>=25.1"
-	$(PY) -m pip install -q --group dev
-	$(PY) -m pip install -q --no-build-isolation -e '.[spark,topiclist,prometheus]'
-	touch $@
+	@echo "== make venv: $(VENV), in 4 steps, about 3 min here with pip's cache warm (10+ min cold)"
+	$(call step,[1/4] $(VENV): a virtualenv of $(PYTHON),about 10 s,$(PYTHON) -m venv $(VENV))
+	$(call step,[2/4] pip itself,about 5 s,$(PY) -m pip install -q --upgrade "pip>=25.1")
+	$(call step,[3/4] the dev tools: pip install --group dev (Cython$(comma) pytest$(comma) PySpark$(comma) mypy$(comma) MkDocs...),about 1 min,$(PY) -m pip install -q --group dev)
+	$(call step,[4/4] pylimiter editable with the extras $(ALL_EXTRAS),about 2 min: it compiles the C extensions,$(PY) -m pip install -q --no-build-isolation -e '.[$(ALL_EXTRAS)]')
+	@touch $@
+comma := ,
 
 venv: $(VENV)/.deps
 
 build: venv
-	$(PY) setup.py -q build_ext --inplace
+	$(call step,make build: the C extensions in place (Cython then cc),about 2 s when nothing changed; 1-2 min after a C or Cython edit,$(PY) setup.py -q build_ext --inplace)
 
 debug: venv
 	PYLIMITER_DEBUG_BUILD=1 $(PY) setup.py -q build_ext --inplace --force
+
+# The quick loop, under a minute here: every test but the slow ones, which
+# tests/_quick.py picks by what each runs (a JVM, a child process, a type
+# check, the C compiler tier) and by what each took in the last `make
+# durations` (tests/durations.json; over PYLIMITER_QUICK_LIMIT_S, 0.25 s).
+# Bytecode is written even under PYTHONDONTWRITEBYTECODE: rewriting every
+# test module's asserts again costs ~7 s a run.  CHECK_ARGS adds pytest
+# options (CHECK_ARGS="-x tests/test_semaphore.py").
+.PHONY: check durations
+CHECK_ARGS ?=
+check: build
+	env -u PYTHONDONTWRITEBYTECODE $(PY) -m pytest -q -m "not slow" $(CHECK_ARGS)
+
+# Every test that is not slow by what it runs, timed again into
+# tests/durations.json (about 3 min here; commit the file).
+durations: build
+	env -u PYTHONDONTWRITEBYTECODE $(PY) -m pytest -q -p no:cacheprovider -m "not slow" \
+	    --record-durations tests/durations.json
 
 # Everything: both implementations, the C tier (plain, TSAN, ASAN+UBSan),
 # the Relacy memory-model check, the Spark pipelines on one shared local
@@ -39,7 +66,7 @@ debug: venv
 # Every stage runs even when one before it failed; the last lines say which
 # failed, and make fails if any did.
 TEST_STAGES := lint pytest pure-mode test-pure test-dbg
-test: build relacy spin
+test: build relacy spin dbg-python
 	@failed=""; \
 	for stage in $(TEST_STAGES); do \
 	    echo "== make test: $$stage"; \
@@ -54,12 +81,14 @@ test-stage-lint:
 	$(PY) -m ruff check .
 test-stage-pytest: cluster-env
 	$(PY) -m pytest
+# Its own marker (tests/_quick.py): every test but those of a JVM, a child
+# process, a type check or the C compiler tier, slow or not.
 test-stage-pure-mode:
-	PYLIMITER_NO_EXTENSIONS=1 $(PY) -m pytest --no-c-extensions -q -m "not slow and not spark and not c_core"
+	PYLIMITER_NO_EXTENSIONS=1 $(PY) -m pytest --no-c-extensions -q -m pure_mode
 test-stage-test-pure: test-pure
 test-stage-test-dbg: test-dbg
 
-# The executors' environment for a cluster (README, "Running on a cluster"):
+# The executors' environment for a cluster (docs/pulsar/cluster.md, "Running on a cluster"):
 # a venv of this interpreter without pip, only pylimiter's wheel in it
 # (--no-deps: executors need nothing else), packed by venv-pack into
 # build/cluster-env/pylimiter-env.tar.gz for --executor-env.  Its bin/python
@@ -100,7 +129,8 @@ DBG_CORE := tests/test_api.py tests/test_semaphore.py tests/test_dual.py tests/t
 	tests/test_wakeups.py tests/test_await_path.py tests/test_timers.py tests/test_switch.py \
 	tests/test_prometheus.py tests/test_differential.py tests/test_crash.py \
 	tests/test_attributes.py tests/test_misuse.py tests/test_base_exceptions.py \
-	tests/test_twin_parity.py tests/test_hostile.py \
+	tests/test_twin_parity.py tests/test_hostile.py tests/test_wake_failures.py \
+	tests/test_subinterpreters.py \
 	tests/shared/test_api.py tests/shared/test_processes.py tests/shared/test_death.py \
 	tests/shared/test_hostile.py
 # The Spark pipeline is left out: this venv has no PySpark.
@@ -117,11 +147,13 @@ DBG_ENV = LD_PRELOAD="$$(cc -print-file-name=libasan.so) $$(cc -print-file-name=
 	ASAN_OPTIONS=detect_leaks=0:halt_on_error=1 \
 	UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
 
-# Installed from Debian when this user can (as relacy-dev above).
+# Installed from Debian when this user can and nothing else on the system
+# changes (.ci/apt_tier.sh says what and why first; PYLIMITER_NO_APT=1 skips).
+# Its headers come with it (libpython3.11-dbg); venv brings ensurepip.
 dbg-python:
-	@command -v $(DBG_PYTHON) >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && \
-	    { apt-get update -qq && DEBIAN_FRONTEND=noninteractive \
-	      apt-get install -y -qq python3.11-dbg python3.11-dev python3.11-venv >/dev/null; } ; } || true
+	@command -v $(DBG_PYTHON) >/dev/null 2>&1 || .ci/apt_tier.sh "the Py_DEBUG tier (make test-dbg)" \
+	    "Debian's debug CPython, whose refcount and GC checks abort on a double free" \
+	    python3.11-dbg python3.11-venv || true
 
 # The tools at the main venv's versions (same Cython: same generated C);
 # rm -rf $(DBG_VENV) after changing the list.
@@ -136,8 +168,8 @@ $(DBG_VENV)/.deps: pyproject.toml $(VENV)/.deps
 
 test-dbg: build dbg-python
 	@if ! command -v $(DBG_PYTHON) >/dev/null 2>&1; then \
-	    echo "Py_DEBUG tier NOT run: $(DBG_PYTHON) is missing and cannot be installed here" \
-	         "(apt-get install python3.11-dbg python3.11-dev python3.11-venv, as root)"; \
+	    echo "Py_DEBUG tier NOT run: $(DBG_PYTHON) is missing (make dbg-python says why;" \
+	         "as root: apt-get install --no-install-recommends python3.11-dbg python3.11-venv)"; \
 	else \
 	    $(MAKE) --no-print-directory $(DBG_VENV)/.deps && \
 	    CFLAGS="$(DBG_CFLAGS)" LDFLAGS="-fsanitize=address,undefined" $(DBG_PY) setup.py -q \
@@ -148,40 +180,49 @@ test-dbg: build dbg-python
 	fi
 
 # The Relacy headers for the memory-model check (tests/test_memory_model.py):
-# installed from Debian when this user can, else one line says why the check
+# installed from Debian as dbg-python above, else one line says why the check
 # will be skipped.
 RELACY := /usr/include/relacy/relacy.hpp
 relacy:
-	@test -f $(RELACY) || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && \
-	    { apt-get update -qq && DEBIAN_FRONTEND=noninteractive \
-	      apt-get install -y -qq relacy-dev g++ >/dev/null; } ; } || true
-	@test -f $(RELACY) || echo "memory-model check NOT run: $(RELACY) is missing" \
-	    "and relacy-dev cannot be installed here (needs root and apt-get)"
+	@{ test -f $(RELACY) && command -v g++ >/dev/null 2>&1; } || .ci/apt_tier.sh \
+	    "the memory-model check (tests/test_memory_model.py)" \
+	    "the Relacy headers and the C++ compiler that builds the model" relacy-dev g++ || true
+	@test -f $(RELACY) || echo "memory-model check NOT run: $(RELACY) is missing"
 
 # spin, for the model of the host-wide limiter's cross-process protocol
 # (tests/shared/test_shm_model.py), as relacy-dev above.
 spin:
-	@command -v spin >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && \
-	    { apt-get update -qq && DEBIAN_FRONTEND=noninteractive \
-	      apt-get install -y -qq spin >/dev/null; } ; } || true
-	@command -v spin >/dev/null 2>&1 || echo "host-wide limiter model check NOT run: spin is" \
-	    "missing and cannot be installed here (needs root and apt-get)"
+	@command -v spin >/dev/null 2>&1 || .ci/apt_tier.sh \
+	    "the host-wide limiter's protocol model (tests/shared/test_shm_model.py)" \
+	    "the spin model checker" spin || true
+	@command -v spin >/dev/null 2>&1 || echo "host-wide limiter model check NOT run: spin is missing"
 
 test-c: build
 	$(PY) -m pytest tests/test_c_core.py
 
 # PYLIMITER_NO_EXTENSIONS=1 at install time: no extension is built or shipped,
-# and the installed package reports IMPLEMENTATION == "python".
+# the build records it (pylimiter/_build_config.py in the install, not in the
+# tree), and the installed package imports as pure with the variable unset
+# or 1; PYLIMITER_NO_EXTENSIONS=0 asks for what it does not have: an
+# ImportError in one line.
 test-pure:
 	rm -rf $(PURE_VENV)
 	$(PYTHON) -m venv $(PURE_VENV)
 	PYLIMITER_NO_EXTENSIONS=1 $(PURE_VENV)/bin/python -m pip install -q .
-	cd /tmp && PYLIMITER_NO_EXTENSIONS=1 $(CURDIR)/$(PURE_VENV)/bin/python -c "\
-	import pathlib, pylimiter; \
-	assert pylimiter.IMPLEMENTATION == 'python', pylimiter.IMPLEMENTATION; \
+	@test ! -e pylimiter/_build_config.py || { echo "pylimiter/_build_config.py written into the tree"; exit 1; }
+	cd /tmp && for v in unset 1; do \
+	  if [ $$v = unset ]; then e="env -u PYLIMITER_NO_EXTENSIONS"; else e="env PYLIMITER_NO_EXTENSIONS=$$v"; fi; \
+	  $$e $(CURDIR)/$(PURE_VENV)/bin/python -c "\
+	import pathlib, pylimiter, pylimiter.pulsar.cache as c; \
+	assert (pylimiter.IMPLEMENTATION, c.IMPLEMENTATION) == ('python', 'python'), pylimiter.IMPLEMENTATION; \
 	d = pathlib.Path(pylimiter.__file__).parent; \
-	assert not list(d.glob('*.so')), 'extension shipped in a pure install'; \
-	print('pure install OK:', d)"
+	assert not list(d.rglob('*.so')), 'extension shipped in a pure install'; \
+	print('pure install OK (PYLIMITER_NO_EXTENSIONS $$v):', d)" || exit 1; \
+	done
+	cd /tmp && ! PYLIMITER_NO_EXTENSIONS=0 $(CURDIR)/$(PURE_VENV)/bin/python -c "import pylimiter" \
+	    2>/tmp/pylimiter-test-pure.err
+	tail -1 /tmp/pylimiter-test-pure.err | grep -q "^ImportError: pylimiter: PYLIMITER_NO_EXTENSIONS=0 asks for the C extensions"
+	@echo "pure install OK (PYLIMITER_NO_EXTENSIONS=0): $$(tail -1 /tmp/pylimiter-test-pure.err)"
 
 # The suite on every interpreter: 3.10-3.13 from /root/.pyenv/versions, 3.14
 # and 3.15 (Debian sid's packages) inside the sid root that wheels/pythons.sh
@@ -306,9 +347,10 @@ BALANCE_ARGS ?=
 balance: build java
 	$(PY) -m pylimiter.pulsar.balance simulate --out reports/balance $(BALANCE_ARGS)
 
-# Issue 14's table of figures on CPython 3.10-3.13 (pyenv) and 3.14-3.15
-# (Debian sid's, in the sid root), default loop and uvloop, into
-# benchmarks/results/figures.md and .csv (see benchmarks/README.md).
+# The speed figures on CPython 3.10-3.13 (pyenv) and 3.14-3.15 (Debian
+# sid's, in the sid root), default loop and uvloop, into
+# benchmarks/results/figures.md, .csv and headline.md, whose table it also
+# copies into README.md (the docs include the file): one run, one source.
 bench-table: build
 	wheels/pythons.sh amd64
 	$(PY) -m benchmarks.table

@@ -10,6 +10,10 @@ PYLIMITER_SANITIZE=thread|address   build the extensions with a sanitizer
 import os
 
 from setuptools import Extension, setup
+from setuptools.command.build_ext import build_ext as _build_ext
+from setuptools.command.build_py import build_py as _build_py
+
+HERE = os.path.dirname(os.path.abspath(__file__))
 
 
 def _compat():
@@ -27,9 +31,53 @@ def _compat():
 
 NO_EXTENSIONS = not _compat().USE_EXTENSIONS
 
+
+class build_py(_build_py):
+    """Also writes pylimiter/_build_config.py into the build (never into the
+    source tree), saying whether the build is pure: a package installed by
+    `PYLIMITER_NO_EXTENSIONS=1 pip install .` then imports as pure without
+    the variable at run time (pylimiter/_compat.py reads it)."""
+
+    CONFIG = os.path.join("pylimiter", "_build_config.py")
+
+    def run(self):
+        super().run()
+        if getattr(self, "editable_mode", False):
+            return   # an editable install imports the tree itself, as a checkout
+        path = os.path.join(self.build_lib, self.CONFIG)
+        self.mkpath(os.path.dirname(path))
+        with open(path, "w", encoding="utf-8") as f:
+            f.write('"""Written by setup.py at build time: how this pylimiter was built."""\n\n'
+                    "#: Built with PYLIMITER_NO_EXTENSIONS=1: no C extension, the pure twins.\n"
+                    f"PURE = {NO_EXTENSIONS!r}\n")
+
+    def get_outputs(self, include_bytecode=True):
+        outputs = super().get_outputs(include_bytecode)
+        if getattr(self, "editable_mode", False):
+            return outputs
+        return [*outputs, os.path.join(self.build_lib, self.CONFIG)]
+
+
+class build_ext(_build_ext):
+    """In a git checkout, also places the built extensions in the source
+    tree, as `--inplace` does.  pip builds `pip install .` in the checkout
+    itself, and Python puts the current directory first on sys.path: without
+    this, `python -c "import pylimiter"` run in the checkout right after
+    `pip install .` imports the unbuilt tree, not the install, and fails."""
+
+    def run(self):
+        super().run()
+        if self.inplace or getattr(self, "editable_mode", False):
+            return   # already in place
+        if os.path.exists(os.path.join(HERE, ".git")):
+            self.copy_extensions_to_source()
+
+
+CMDCLASS = {"build_py": build_py, "build_ext": build_ext}
+
 if NO_EXTENSIONS:
     print("*********************\n* Pure Python build *\n*********************")
-    setup(ext_modules=[])
+    setup(ext_modules=[], cmdclass=CMDCLASS)
 else:
     from Cython.Build import cythonize
 
@@ -60,6 +108,7 @@ else:
             "csrc/plim_waitq.c",
         ],
         include_dirs=["csrc", "pylimiter"],
+        depends=["pylimiter/_plim_main_only.h"],
         extra_compile_args=cflags,
         extra_link_args=ldflags,
         define_macros=macros,
@@ -69,7 +118,9 @@ else:
     cache_ext = Extension(
         "pylimiter.pulsar.cache._cache_c",
         sources=["pylimiter/pulsar/cache/_cache_c.pyx", "csrc/plim_cacheq.c"],
-        include_dirs=["csrc"],
+        # pylimiter/: _plim_main_only.h (main interpreter only, issue 32 G11)
+        include_dirs=["csrc", "pylimiter"],
+        depends=["pylimiter/_plim_main_only.h"],
         extra_compile_args=cflags,
         extra_link_args=ldflags,
         define_macros=macros,
@@ -90,6 +141,7 @@ else:
             define_macros=macros,
         ))
     setup(
+        cmdclass=CMDCLASS,
         ext_modules=cythonize(
             exts,
             compiler_directives={"language_level": "3", **directives},

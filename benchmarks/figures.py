@@ -4,7 +4,7 @@ Every figure pits pylimiter against its asyncio anchor (and, for the
 contended ones, a no-limiter baseline) with interleaved rounds, the order
 flipped every round, in thread CPU time (all of these run on one event-loop
 thread), and reports the median over rounds with the quartiles and extremes
-(:mod:`pylimiter.bench.interleave`).  Excluded from every timing: creating
+(:mod:`pylimiter.spark.interleave`).  Excluded from every timing: creating
 the event loop and the limiter, and parking waiters where a figure says so.
 
 Used by the micro suite (``benchmarks/micro``) and by the table runner
@@ -22,7 +22,10 @@ import threading
 from dataclasses import dataclass
 from typing import Callable, Optional
 
-from pylimiter.bench.interleave import CPU, Spread, interleaved, per_round
+try:
+    from pylimiter.spark.interleave import CPU, Spread, interleaved, per_round
+except ImportError:     # a pylimiter from before the kit moved (asv runs old commits)
+    from pylimiter.bench.interleave import CPU, Spread, interleaved, per_round
 
 try:
     import uvloop

@@ -41,7 +41,7 @@ from pathlib import Path
 
 from pylimiter import AsyncSemaphore
 from pylimiter.asgi import MemoryLimitMiddleware
-from pylimiter.bench.interleave import CPU, Spread, interleaved, per_round
+from pylimiter.spark.interleave import CPU, Spread, interleaved, per_round
 
 ROOT = Path(__file__).resolve().parents[1]
 MiB = 1 << 20

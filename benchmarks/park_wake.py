@@ -6,7 +6,7 @@ permit, ``sleep(0)``, release; the same sides as the table's) runs with 10
 permits (990 tasks park and are woken) and with 1000 (no task parks), for
 pylimiter, asyncio.Semaphore and no limiter, on each loop: 12 sides in one
 process, in interleaved rounds with the order flipped every round
-(:func:`pylimiter.bench.interleave.interleaved`), timed in thread CPU time,
+(:func:`pylimiter.spark.interleave.interleaved`), timed in thread CPU time,
 ns per task.  Per round:
 
 - uncontended cost = side(1000 permits) - no limiter(1000)
@@ -29,7 +29,7 @@ import gc
 import sys
 
 import pylimiter
-from pylimiter.bench.interleave import Spread, interleaved, per_round
+from pylimiter.spark.interleave import Spread, interleaved, per_round
 
 from .figures import LOOPS, TASKS, _tasks, new_loop
 

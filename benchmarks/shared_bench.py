@@ -1,6 +1,6 @@
 """The host-wide limiter's figures (issue 33), each measured in one process
 beside its anchor, rounds interleaved with the order flipped every round
-(:mod:`pylimiter.bench.interleave`), median over rounds.
+(:mod:`pylimiter.spark.interleave`), median over rounds.
 
 Single-thread figures, timed in thread CPU time, set-up excluded:
 
@@ -56,7 +56,7 @@ import time
 import warnings
 from pathlib import Path
 
-from pylimiter.bench.interleave import CPU, Spread, interleaved, per_round
+from pylimiter.spark.interleave import CPU, Spread, interleaved, per_round
 
 RESULTS = Path(__file__).resolve().parent / "results"
 OPS = 20_000

@@ -26,7 +26,7 @@ the connections (each process opens them before the common start).
 The sides run in rounds, one side at a time over all processes, the order
 flipped every round (A B C, C B A, ...), after one short warm-up round;
 each figure is the median over rounds, and the ratios are medians of
-per-round ratios (``pylimiter.bench.interleave``).
+per-round ratios (``pylimiter.spark.interleave``).
 
 **The Redis side** is the counting semaphore of "Redis in Action" (6.3,
 the fair variant) as users write it with redis-py, here as one Lua script
@@ -78,7 +78,7 @@ from typing import Optional
 
 from pylimiter._impls import IMPLEMENTATIONS
 from pylimiter.bench.hostwide import load_loop
-from pylimiter.bench.interleave import Spread
+from pylimiter.spark.interleave import Spread
 
 RESULTS = Path(__file__).resolve().parent / "results"
 SIDES = ("c", "python", "redis")

@@ -177,6 +177,16 @@ int plim_release_growing(plim_sem_t *sem, int64_t n, plim_waiter_t *w, plim_batc
  * with PLIM_W_CLOSED, into b.  Returns PLIM_OK. */
 int plim_close(plim_sem_t *sem, plim_batch_t *b);
 
+/* plim_forget_waiters empties the queue without granting or failing
+ * anybody: every queued waiter leaves it as PLIM_W_REMOVED, into b, and the
+ * permits are left as they are.  For a child process after fork(), whose
+ * queue lists waiters of the parent's threads: it starts with the parent's
+ * counts and an empty queue, as a threading.Semaphore does.  It takes the
+ * mutex: the caller must know that no thread of the parent held it at the
+ * fork (the Python binding holds the GIL across every core call, and fork()
+ * runs holding it).  Returns PLIM_OK. */
+int plim_forget_waiters(plim_sem_t *sem, plim_batch_t *b);
+
 /* plim_set_max sets the limit, on any semaphore, live.  max > 0 bounds it
  * (an unbounded one too): what is held carries over, so available may go
  * negative; queued waiters whose total exceeds max fail with

@@ -399,6 +399,19 @@ int plim_close(plim_sem_t *sem, plim_batch_t *b)
     return PLIM_OK;
 }
 
+int plim_forget_waiters(plim_sem_t *sem, plim_batch_t *b)
+{
+    b->check = NULL;
+    plim_mutex_lock(&sem->mu);
+    plim_waiter_t *h;
+    while ((h = sem->head) != NULL)
+        leave_locked(sem, h, PLIM_W_REMOVED, b);
+    /* relaxed: as in process_locked; the permits are not touched (I1). */
+    atomic_fetch_and_explicit(&sem->word, ~WORD_QUEUED, memory_order_relaxed);
+    plim_mutex_unlock(&sem->mu);
+    return PLIM_OK;
+}
+
 int plim_set_max(plim_sem_t *sem, int64_t max, plim_batch_t *b)
 {
     b->check = NULL;

@@ -43,9 +43,13 @@ OVERSIZE_CHOICES = ("reject", "alone")
 _SEMAPHORE_METHODS = ("acquire", "update", "release")
 
 
-def missing_extra(module: str, extra: str, packages: str, exc: ImportError) -> ImportError:
+def missing_extra(module: str, extra: str, exc: ImportError) -> ImportError:
     """The ImportError of an integration whose framework is not installed:
-    what is missing, and two installs that work today."""
+    what is missing, and two installs that work today (the extra's packages
+    from pyproject.toml's one copy, pylimiter._extras)."""
+    from ._extras import requirements
+
+    packages = " ".join(f"'{r}'" for r in requirements(extra))
     return ImportError(
         f"pylimiter.{module} needs {packages} ({exc}); install them with "
         f"`pip install {packages}`, or from a pylimiter checkout with "

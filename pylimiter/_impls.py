@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from importlib import import_module
 from types import ModuleType
 
-from ._compat import USE_EXTENSIONS
+from ._compat import USE_EXTENSIONS, not_built_message
 
 #: twin -> (compiled module, pure-Python twin).  A new extension is added
 #: here and nowhere else: the package __init__s, the test fixtures, the
@@ -69,8 +69,5 @@ def active_module(twin: str) -> ModuleType:
     except ModuleNotFoundError as exc:
         if ACTIVE.is_pure_python or exc.name != c_name:
             raise
-        raise ImportError(
-            f"pylimiter: the C extension {c_name} is not built (a source "
-            f"checkout?).  Build it: `pip install .` (or `make build` in a "
-            f"checkout), or use the pure-Python implementation: "
-            f"PYLIMITER_NO_EXTENSIONS=1", name=c_name) from None
+        # Which pylimiter was imported, which one it hides, what to run.
+        raise ImportError(not_built_message(c_name), name=c_name) from None

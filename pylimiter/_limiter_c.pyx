@@ -38,6 +38,14 @@ owns the Python objects and does the waking.  Rules that keep it sound:
   KeyboardInterrupt included, never leaves a grant undelivered or the queue
   stopped: each loop over waiters finishes its work and raises the first
   such exception afterwards (``pending``).
+* Nor does the loop's call_soon/call_soon_threadsafe (issue 32, G1): a wake
+  batch is linked through its requests, so posting to it allocates nothing,
+  and the one step that can fail, scheduling its runner, leaves the batch
+  pending when it does and is retried (_LoopState.schedule).
+* Main interpreter only (issue 32, G11): the module keeps process-wide C
+  state; any other interpreter gets an ImportError (_plim_main_only.h).
+* After os.fork() the child keeps the counts and empties the queue
+  (_after_fork_in_child, at the end of this file).
 
 The semantics are those of _limiter_py.py, the executable specification,
 which has the same waiters, batches and timers in Python.
@@ -51,7 +59,9 @@ from libc.stdint cimport int64_t, uint64_t, INT64_MAX
 import asyncio as _asyncio
 import contextvars as _contextvars
 import heapq as _heapq
+import os as _os
 import sys
+import weakref as _weakref
 
 # The contract shared with the pure twin: checks, messages and error
 # constructors, called on argument and error paths only.
@@ -67,6 +77,14 @@ __all__ = [
     "DualMemoryPermit",
     "LimitType",
 ]
+
+# Main interpreter only (issue 32, G11): see _plim_main_only.h.
+cdef extern from *:
+    """
+    #include "_plim_main_only.h"
+    PLIM_MAIN_ONLY(_limiter_c, "pylimiter._limiter_c")
+    #define PyInit__limiter_c plim_cython_init__limiter_c
+    """
 
 cdef extern from "plim.h" nogil:
     int64_t PLIM_MAX_PERMITS
@@ -119,6 +137,7 @@ cdef extern from "plim.h" nogil:
     int plim_release_growing(plim_sem_t *sem, int64_t n, plim_waiter_t *w, plim_batch_t *b)
     int plim_close(plim_sem_t *sem, plim_batch_t *b)
     int plim_set_max(plim_sem_t *sem, int64_t max, plim_batch_t *b)
+    int plim_forget_waiters(plim_sem_t *sem, plim_batch_t *b)
 
 # The same fast paths inline (plim_sem.c's exported ones are made of these):
 # the uncontended acquire and release make no call into the core.
@@ -368,6 +387,13 @@ def _deadline_key(_Request w):
     return w.deadline_ns
 
 
+cdef enum:
+    # How often a wake batch's runner is scheduled again at once when
+    # call_soon(_threadsafe) raised (a signal handler's exception passes on
+    # the first retry; a MemoryError that persists is left to later events).
+    SCHEDULE_TRIES = 3
+
+
 # --------------------------------------------------------------------------
 # Per loop: the wake batch and the timeout timer
 # --------------------------------------------------------------------------
@@ -377,14 +403,22 @@ cdef class _LoopState:
     """What one semaphore keeps per event loop while the loop has waiters:
     the pending wake batch and the one timeout timer.  Dropped when idle.
 
-    ``batch`` and ``nq`` may change on any thread (under the GIL); the
+    The batch is an intrusive list of requests (``bhead``..``btail``,
+    linked through ``_Request.bnext``), so that posting a request to it
+    allocates nothing: the only step of a wake that can fail is the
+    ``call_soon``/``call_soon_threadsafe`` that schedules the runner
+    (issue 32, G1), and ``scheduled`` says whether that step succeeded.
+
+    The batch and ``nq`` may change on any thread (under the GIL); the
     deadlines and the timer only on the loop's own thread (enqueue, timer,
     batch runner).
     """
 
     cdef AsyncSemaphore sem
     cdef object loop
-    cdef list batch              # None: no runner scheduled
+    cdef _Request bhead          # the wake batch, FIFO; None: empty
+    cdef _Request btail
+    cdef bint scheduled          # a runner is on the loop's way for the batch
     cdef Py_ssize_t nq           # queued waiters of this loop
     cdef object timer
     cdef int64_t timer_at
@@ -413,15 +447,57 @@ cdef class _LoopState:
         return _get_running_loop() is self.loop
 
     cdef schedule(self):
-        """A batch was just started: run it soon on the loop."""
+        """Make sure a runner is scheduled for the pending batch.
+
+        Any BaseException from call_soon/call_soon_threadsafe (a
+        KeyboardInterrupt from a signal handler run inside it, a MemoryError
+        allocating its Handle) leaves the batch pending and unscheduled, so
+        the call is tried again at once, up to SCHEDULE_TRIES times; the
+        first such exception is raised once the runner is scheduled (or the
+        tries are spent: then the next post to this loop, a cancel of one of
+        the batch's tasks or this loop's timer schedules it).  Only a closed
+        loop drops the batch (its grants go back: nobody will take them).
+        A duplicate runner (an interrupt after the Handle was queued) finds
+        the batch empty or delivers it early: both are harmless."""
+        cdef int tries = 0
+        pending = None
         loop = self.loop
-        try:
-            if self.running_here():
-                loop.call_soon(self.run_cb)
-            else:
-                loop.call_soon_threadsafe(self.run_cb)
-        except RuntimeError:   # the loop is closed: nobody will take these
-            self.sem._drop_batch(self)
+        while self.bhead is not None and not self.scheduled:
+            self.scheduled = True
+            try:
+                if self.running_here():
+                    loop.call_soon(self.run_cb)
+                else:
+                    loop.call_soon_threadsafe(self.run_cb)
+            except BaseException as exc:
+                self.scheduled = False
+                if pending is None:
+                    pending = exc
+                if isinstance(exc, RuntimeError):
+                    try:
+                        closed = loop.is_closed()
+                    except BaseException:
+                        closed = False
+                    if closed:
+                        # Nobody will take these: give the grants back.
+                        if pending is exc:
+                            pending = None
+                        self.sem._drop_batch(self)
+                        break
+                tries += 1
+                if tries >= SCHEDULE_TRIES:
+                    break
+        if pending is not None:
+            raise pending
+
+    cdef push_front(self, _Request first, _Request last):
+        """Put the undelivered chain first..last back in front of the
+        batch (its runner was interrupted) and schedule it."""
+        last.bnext = self.bhead
+        self.bhead = first
+        if self.btail is None:
+            self.btail = last
+        self.schedule()
 
     def run(self):
         """The batch runner: deliver each outcome in FIFO order.  A
@@ -429,16 +505,16 @@ cdef class _LoopState:
         request's other callbacks still run; SystemExit/KeyboardInterrupt
         (from a callback or the handler) propagate at once, as from any
         asyncio callback, and what is left of the batch runs next time."""
-        cdef Py_ssize_t i = 0
-        cdef _Request w = None
-        batch = self.batch
-        self.batch = None
-        if batch is None:
+        cdef _Request w = self.bhead
+        cdef _Request tail = self.btail
+        cdef _Request nxt
+        self.scheduled = False
+        self.bhead = self.btail = None
+        if w is None:
             self.tidy()
             return
         try:
-            while i < len(batch):
-                w = <_Request>batch[i]
+            while w is not None:
                 try:
                     w._fire()
                 except (SystemExit, KeyboardInterrupt):
@@ -450,9 +526,16 @@ cdef class _LoopState:
                         "future": w,
                     })
                     continue   # the same request: its remaining callbacks
-                i += 1
+                nxt = w.bnext
+                w.bnext = None
+                w = nxt
         except BaseException:
-            self.sem._repost(self, batch[i:] if w.has_callbacks() else batch[i + 1:])
+            if not w.has_callbacks():
+                nxt = w.bnext
+                w.bnext = None
+                w = nxt
+            if w is not None:
+                self.push_front(w, tail)
             raise
         self.tidy()
 
@@ -483,6 +566,12 @@ cdef class _LoopState:
         cdef int64_t now = plim_monotonic_ns()
         cdef _Request w
         self.timer = None
+        pending = None
+        if self.bhead is not None and not self.scheduled:
+            try:   # a batch whose scheduling failed (G1): on its way now
+                self.schedule()
+            except BaseException as exc:
+                pending = exc
         expired = []
         dl = self.dl
         while self.dl_head < len(dl):
@@ -500,12 +589,12 @@ cdef class _LoopState:
                 if w.node.state == PLIM_W_QUEUED:
                     expired.append(w)
             expired.sort(key=_deadline_key)   # stable: arrival order on ties
-        pending = None
         if expired:
             try:
                 self.sem._expire(expired)
             except BaseException as exc:   # a check's; every one expired
-                pending = exc
+                if pending is None:
+                    pending = exc
         self.prune()
         dl = self.dl   # prune may have started a fresh list
         if self.dl_head < len(dl):
@@ -549,7 +638,7 @@ cdef class _LoopState:
         """On the loop's thread: forget stale deadlines; when no waiter of
         this loop is queued or pending, cancel the timer and drop the state."""
         self.prune()
-        if self.nq or self.batch is not None:
+        if self.nq or self.bhead is not None:
             return
         sem = self.sem
         if sem._loops.get(self.loop) is self:
@@ -618,6 +707,7 @@ cdef class _Request:
     cdef object check              # is_cancelled, or None
     cdef object cause              # check's exception, or the task's cancel message
     cdef _LoopState ls             # asyncio: the loop's state; None when blocking
+    cdef _Request bnext            # the next request in its loop's wake batch
     cdef AsyncSemaphore _sem
     cdef object _timeout
     cdef object cb                 # the first done-callback and its context
@@ -898,6 +988,14 @@ cdef class AsyncSemaphore:
     unbounded; ``timeout`` (seconds, ``None`` for ever) is the default wait
     for a queued request, measured from when it joins the queue.
     ``set_max_permits`` changes the limit live, to or from unbounded too.
+
+    After ``os.fork()`` the child's semaphore has the parent's counts (the
+    permits held by the parent's permits, of which the child has copies,
+    stay taken until the child releases them) and an empty queue, as a
+    ``threading.Semaphore``: permits released in the child go to the
+    child's own requests, never to the parent's waiters, which are not
+    woken in the child (their threads do not exist there, and their event
+    loops are the parent's).
     """
 
     cdef plim_sem_t _sem
@@ -934,6 +1032,7 @@ cdef class AsyncSemaphore:
         if plim_sem_init(&self._sem, mp, mq) != PLIM_OK:
             raise MemoryError("pylimiter: cannot initialise the semaphore")
         self._ready = True
+        _SEMAPHORES.add(self)   # for the fork rule (_after_fork_in_child)
 
     def __dealloc__(self):
         if self._ready:
@@ -1267,43 +1366,38 @@ cdef class AsyncSemaphore:
             raise pending
 
     cdef _post(self, _Request w):
-        """Append w to its loop's wake batch; start the batch if it is the
-        first."""
+        """Append w to its loop's wake batch (no allocation: the batch is
+        linked through the requests) and make sure a runner is scheduled."""
         cdef _LoopState ls
         if w.posted:
             return
         w.posted = True
         ls = w.ls
-        if ls.batch is None:
-            ls.batch = [w]
-            ls.schedule()
+        w.bnext = None
+        if ls.btail is None:
+            ls.bhead = w
         else:
-            ls.batch.append(w)
-
-    cdef _repost(self, _LoopState ls, list rest):
-        """Put the undelivered rest of a batch back in front (its runner was
-        interrupted by SystemExit/KeyboardInterrupt)."""
-        if not rest:
-            return
-        if ls.batch is None:
-            ls.batch = rest
+            ls.btail.bnext = w
+        ls.btail = w
+        if not ls.scheduled:
             ls.schedule()
-        else:
-            ls.batch[:0] = rest
 
     cdef _drop_batch(self, _LoopState ls):
         """The batch's loop is closed: give back grants nobody will take,
         and forget the loop if nothing of it is left."""
-        batch = ls.batch
-        ls.batch = None
+        cdef _Request w = ls.bhead
+        cdef _Request nxt
+        ls.bhead = ls.btail = None
         pending = None
-        if batch is not None:
-            for w in batch:
-                try:
-                    self._revert(<_Request>w)
-                except BaseException as exc:   # a check's, after the revert
-                    if pending is None:
-                        pending = exc
+        while w is not None:
+            nxt = w.bnext
+            w.bnext = None
+            try:
+                self._revert(w)
+            except BaseException as exc:   # a check's, after the revert
+                if pending is None:
+                    pending = exc
+            w = nxt
         ls.tidy()
         if pending is not None:
             raise pending
@@ -1352,6 +1446,10 @@ cdef class AsyncSemaphore:
 
     cdef _cancel_waiter(self, _Request w, object msg):
         if w.posted:
+            # Decided, and in (or past) a wake batch: if scheduling that
+            # batch failed earlier (G1), this is the task's own way out.
+            if not w.ls.scheduled and w.ls.bhead is not None:
+                w.ls.schedule()
             return False
         try:
             self._abandon(w, False, False)
@@ -1372,6 +1470,30 @@ cdef class AsyncSemaphore:
                     pending = exc
         if pending is not None:
             raise pending
+
+    cdef _forget_waiters(self):
+        """In a child process after fork(): empty the queue, keep the
+        counts (see _after_fork_in_child).  The forgotten requests are not
+        woken: their threads do not exist here, and their loops are the
+        parent's."""
+        cdef plim_batch_t b
+        cdef plim_waiter_t *node
+        cdef _Request w
+        plim_batch_init(&b)
+        plim_forget_waiters(&self._sem, &b)
+        node = plim_batch_pop(&b)
+        while node != NULL:
+            w = <_Request>_waiter_ptr(node)
+            w.applied = True
+            if w.permit is not None and w.permit._pending is w:
+                w.permit._pending = None
+            Py_DECREF(w)   # the queue's reference
+            node = plim_batch_pop(&b)
+        # A loop state names a loop of the parent (on 3.10/3.11 one whose
+        # _thread_id may even equal this thread's): the child's requests
+        # find their own loop afresh.
+        self._loops = {}
+        self._ls = None
 
     cdef _LoopState _loop_state(self, object loop):
         cdef _LoopState ls = self._ls
@@ -1528,6 +1650,28 @@ cdef class AsyncSemaphore:
 class AsyncDualMemoryLimiter(DualMemoryLimiterBase):
     __doc__ = DualMemoryLimiterBase.__doc__
     _semaphore_class = AsyncSemaphore
+
+
+# --------------------------------------------------------------------------
+# The fork rule (issue 32, G5/G6): a child process starts with the parent's
+# counts (the permits held by the parent's objects, which the child has
+# copies of, stay taken until the child releases them) and an empty queue,
+# as a threading.Semaphore does: permits released in the child go to the
+# child's own requests, never to waiters that exist only in the parent.
+# The forking thread holds the GIL, and every core call is made holding it,
+# so no core mutex is held at the fork.
+# --------------------------------------------------------------------------
+
+cdef object _SEMAPHORES = _weakref.WeakSet()
+
+
+def _after_fork_in_child():
+    for sem in list(_SEMAPHORES):
+        (<AsyncSemaphore>sem)._forget_waiters()
+
+
+if hasattr(_os, "register_at_fork"):
+    _os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 # --------------------------------------------------------------------------

@@ -1,9 +1,13 @@
 """Pure-Python implementation of pylimiter: the executable specification.
 
-It mirrors the C core step by step (``csrc/plim_sem.c``): one lock guards the
-counter and the FIFO queue, queue processing stops at a head that carries an
-``is_cancelled`` check so that the check runs with no lock held, and waking
-happens after the lock is dropped.  It also mirrors the C binding's asyncio
+It mirrors the C core step by step (``csrc/plim_sem.c``): one critical
+section guards the counter and the FIFO queue (``_Section``: a token the
+uncontended acquire and release only try for, as the core's fast paths try
+a CAS, and a lock that queues the slow paths), queue processing stops at a
+head that carries an ``is_cancelled`` check so that the check runs with no
+lock held, and a waiter is woken in the section that decides its fate (a
+thread through its lock, a task by joining its loop's wake batch), the
+batch's runner being scheduled after the section is left.  It also mirrors the C binding's asyncio
 machinery, so that the two wake tasks in the same order:
 
 * A queued request's task parks on the request's ``_Waiter`` itself (it
@@ -23,9 +27,12 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import gc
 import heapq
+import os
 import threading
 import time
+import weakref
 from collections import OrderedDict, deque
 from collections.abc import Callable, Generator
 from types import TracebackType
@@ -102,13 +109,135 @@ _LOCK_TIMEOUT_MAX = threading.TIMEOUT_MAX
 # asyncio's C accelerated lookup: the loop running in this thread, or None.
 _get_running_loop = asyncio.events._get_running_loop
 _new = object.__new__
+_sleep = time.sleep
 _Context = contextvars.Context
 _heappush = heapq.heappush
 _heappop = heapq.heappop
 
+#: How often a wake batch's runner is scheduled again at once when
+#: call_soon(_threadsafe) raised (a signal handler's exception passes on the
+#: first retry; a MemoryError that persists is left to later events).
+_SCHEDULE_TRIES = 3
+#: A blocking wait re-reads its request's state this often (seconds), so
+#: that a wake-up lost to an interrupted releaser (issue 32, G2) costs a
+#: delay, never a wait for ever.
+_POLL_S = 0.5
+
 #: What ``is_cancelled`` may be: a callable answering "give up?", or None.
 IsCancelled = Optional[Callable[[], object]]
 _Callback = Callable[[Any], object]
+
+
+class _Section:
+    """A semaphore's critical section, in two parts.
+
+    The state (counter, queue, permits' counts) belongs to whoever holds the
+    *token*: the one item of ``tok``, a list, taken by ``tok.pop()`` and
+    given back by ``tok.append(True)`` (both atomic, free-threaded builds
+    included, and several times cheaper than a threading.Lock's acquire and
+    release on 3.10-3.12).  The fast paths (an uncontended acquire, a
+    release nobody waits for) only *try* to take it, as the C core's
+    lock-free paths try a CAS: if it is taken they go the slow way.  The slow
+    paths (``with sem._cs:``) first take ``lock``, a threading.Lock that
+    queues them, then wait for the token, which a fast path holds for a few
+    bytecodes only (each try gives up the GIL with ``sleep(0)``).  So at
+    most one thread spins, and only against a fast path."""
+
+    __slots__ = ("lock", "tok")
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.tok = [True]
+
+    def __enter__(self) -> None:
+        self.lock.acquire()
+        tok = self.tok
+        try:
+            while True:
+                try:
+                    tok.pop()
+                    return
+                except IndexError:
+                    _sleep(0)
+        except BaseException:   # interrupted while waiting for the token
+            self.lock.release()
+            raise
+
+    def __exit__(self, *exc: object) -> None:
+        self.tok.append(True)
+        self.lock.release()
+
+    def take(self, timeout: float) -> bool:
+        """Enter within ``timeout`` seconds, or give up (False)."""
+        if not self.lock.acquire(timeout=timeout):
+            return False
+        deadline = _monotonic() + timeout
+        while True:
+            try:
+                self.tok.pop()
+                return True
+            except IndexError:
+                if _monotonic() > deadline:
+                    self.lock.release()
+                    return False
+                _sleep(0)
+
+
+# ---- never-awaited requests, without a finaliser on the hot path ---------------
+# A request collected before it was awaited, started or closed warns, as a
+# never-awaited coroutine does.  A __del__ on every request cost the
+# uncontended await about a sixth of its time (issue 32); instead each new
+# request is noted in _fresh (a list append), and every so often -- when
+# _LOOK_AT have piled up, and at the start of every garbage collection --
+# the noted ones are looked at: those awaited meanwhile (nearly all) are
+# forgotten, and only the others get a weak reference whose callback warns
+# if they die unawaited.  So the warning comes at the next collection (or a
+# few requests later), not always at the very moment the request dies.
+
+#: Requests made and not looked at yet (strong references).
+_fresh: list[_Request] = []
+_fresh_append = _fresh.append
+_LOOK_AT = 32
+#: Requests that were still unawaited when looked at: weak reference ->
+#: what the warning names (semaphore, permits, update?).
+_escaped: dict[weakref.ref[_Request], tuple[AsyncSemaphore, int, bool]] = {}
+
+
+def _look() -> None:
+    """Sort the noted requests: forget those already awaited, started or
+    closed; watch the others (weakly)."""
+    fresh = _fresh
+    while fresh:
+        try:
+            r = fresh.pop()
+        except IndexError:   # another thread emptied it meanwhile
+            return
+        if r._stage == 0 and r._ref is None:
+            ref = weakref.ref(r, _collected)
+            _escaped[ref] = (r._sem, r._n, r._permit is not None)
+            r._ref = ref
+
+
+def _collected(ref: weakref.ref[_Request]) -> None:
+    info = _escaped.pop(ref, None)
+    if info is not None:
+        warn_never_awaited(*info)
+
+
+def _started(r: _Request) -> None:
+    """A watched request was awaited, started or closed after all."""
+    ref = r._ref
+    if ref is not None:
+        r._ref = None
+        _escaped.pop(ref, None)
+
+
+def _on_gc(phase: str, info: dict[str, int]) -> None:
+    if phase == "start" and _fresh:
+        _look()
+
+
+gc.callbacks.append(_on_gc)
 
 
 class SemaphorePermit(NoCopy):
@@ -302,6 +431,7 @@ class _LoopState(NoCopy):
         "late",
         "loop",
         "nq",
+        "scheduled",
         "sem",
         "seq",
         "timer",
@@ -314,7 +444,8 @@ class _LoopState(NoCopy):
     def _init(self, sem: AsyncSemaphore, loop: asyncio.AbstractEventLoop) -> None:
         self.sem = sem
         self.loop = loop
-        self.batch: list[_Waiter] | None = None   # None: no runner scheduled
+        self.batch: list[_Waiter] | None = None   # the wake batch; None: empty
+        self.scheduled = False                     # a runner is on its way for it
         self.nq = 0                                    # queued waiters of this loop
         self.timer: asyncio.TimerHandle | None = None
         self.timer_at = 0.0
@@ -322,16 +453,58 @@ class _LoopState(NoCopy):
         self.late: list[tuple[float, int, _Waiter]] = []   # heap: out-of-order ones
         self.seq = 0
 
+    def _claim(self) -> bool:
+        """Under the lock: True if a batch is pending with no runner on its
+        way, which the caller is now to schedule."""
+        with self.sem._cs:
+            if self.batch is None or self.scheduled:
+                return False
+            self.scheduled = True
+            return True
+
     def schedule(self) -> None:
-        """A batch was just started: run it soon on the loop."""
+        """Make sure a runner is scheduled for the pending batch.
+
+        Any BaseException from call_soon/call_soon_threadsafe (a
+        KeyboardInterrupt from a signal handler run inside it, a MemoryError
+        allocating its Handle) leaves the batch pending and unscheduled, so
+        the call is tried again at once, up to _SCHEDULE_TRIES times; the
+        first such exception is raised once the runner is scheduled (or the
+        tries are spent: then the next post to this loop, a cancel of one of
+        the batch's tasks or this loop's timer schedules it).  Only a closed
+        loop drops the batch (its grants go back: nobody will take them).
+        An interrupt that lands after the Handle was queued makes a second
+        runner, which finds the batch empty: harmless."""
         loop = self.loop
-        try:
-            if _get_running_loop() is loop:
-                loop.call_soon(self.run)
-            else:
-                loop.call_soon_threadsafe(self.run)
-        except RuntimeError:   # the loop is closed: nobody will take these
-            self.sem._drop_batch(self)
+        pending: BaseException | None = None
+        tries = 0
+        while True:
+            claimed = False
+            try:
+                claimed = self._claim()
+                if not claimed:
+                    break
+                if _get_running_loop() is loop:
+                    loop.call_soon(self.run)
+                else:
+                    loop.call_soon_threadsafe(self.run)
+                claimed = False
+            except BaseException as exc:
+                if claimed:
+                    with self.sem._cs:
+                        self.scheduled = False
+                if pending is None:
+                    pending = exc
+                if isinstance(exc, RuntimeError) and _is_closed(loop):
+                    if pending is exc:
+                        pending = None
+                    self.sem._drop_batch(self)
+                    break
+                tries += 1
+                if tries >= _SCHEDULE_TRIES:
+                    break
+        if pending is not None:
+            raise pending
 
     def run(self) -> None:
         """The batch runner: deliver each outcome in FIFO order.  A
@@ -340,9 +513,10 @@ class _LoopState(NoCopy):
         (from a callback or the handler) propagate at once, as from any
         asyncio callback, and what is left of the batch runs next time."""
         sem = self.sem
-        with sem._lock:
+        with sem._cs:
             batch = self.batch
             self.batch = None
+            self.scheduled = False
         if batch is None:
             self.tidy()
             return
@@ -391,6 +565,12 @@ class _LoopState(NoCopy):
         """Time out every queued waiter whose deadline has passed, then
         re-arm for the earliest one left."""
         self.timer = None
+        pending: BaseException | None = None
+        if self.batch is not None and not self.scheduled:
+            try:   # a batch whose scheduling failed (G1): on its way now
+                self.schedule()
+            except BaseException as exc:
+                pending = exc
         now = _monotonic()
         expired = []
         dq = self.deadlines
@@ -405,12 +585,12 @@ class _LoopState(NoCopy):
                 if w.state == W_QUEUED:
                     expired.append(w)
             expired.sort(key=_deadline_of)   # stable: arrival order on ties
-        pending = None
         if expired:
             try:
                 self.sem._expire(expired)
             except BaseException as exc:   # a check's; every one expired
-                pending = exc
+                if pending is None:
+                    pending = exc
         self.prune()
         earliest = [x for x in (dq[0].deadline if dq else None,
                                 late[0][0] if late else None) if x is not None]
@@ -434,7 +614,7 @@ class _LoopState(NoCopy):
         this loop is queued or pending, cancel the timer and drop the state."""
         self.prune()
         sem = self.sem
-        with sem._lock:
+        with sem._cs:
             if self.nq or self.batch is not None:
                 return
             if sem._loops.get(self.loop) is self:
@@ -450,6 +630,14 @@ def _deadline_of(w: _Waiter) -> float:
     return w.deadline
 
 
+def _is_closed(loop: asyncio.AbstractEventLoop) -> bool:
+    """Whether a RuntimeError from call_soon means "the loop is closed"."""
+    try:
+        return bool(loop.is_closed())
+    except BaseException:
+        return False
+
+
 class _Request(NoCopy, ReleasingRequest[SemaphorePermit]):
     """What ``acquire``/``update`` return: awaitable once (it joins the queue
     when first awaited), and an async context manager that releases the
@@ -460,11 +648,13 @@ class _Request(NoCopy, ReleasingRequest[SemaphorePermit]):
     the C twin's: 0 made, 1 awaited or started, 2 done."""
 
     __slots__ = (
-        "_anon",
+        "__weakref__",
         "_gen",
         "_is_cancelled",
+        "_mode",
         "_n",
         "_permit",
+        "_ref",
         "_result",
         "_sem",
         "_stage",
@@ -479,21 +669,30 @@ class _Request(NoCopy, ReleasingRequest[SemaphorePermit]):
     _stage: int
     _result: SemaphorePermit | None
     _gen: Generator[Any, None, SemaphorePermit | None] | None
-    _anon: bool
+    #: 0 awaited; 1 `async with request` (keeps the result for the exit);
+    #: 2 `async with sem:` (the semaphore holds the permit).
+    _mode: int
+    _ref: weakref.ref[_Request] | None   # watched as possibly never awaited
 
     def __new__(cls, *args: object, **kwargs: object) -> _Request:
         raise TypeError(MSG_REQUEST_NOT_CONSTRUCTIBLE)
-
-    def __del__(self) -> None:
-        if self._stage == 0:
-            warn_never_awaited(self._sem, self._n, self._permit is not None)
 
     def __await__(self) -> Generator[Any, None, SemaphorePermit]:
         if self._stage:
             raise RuntimeError(MSG_ALREADY_AWAITED)
         self._stage = 1
+        if self._ref is not None:
+            _started(self)
         g = self._gen = self._run()
         return g   # type: ignore[return-value]
+
+    if TYPE_CHECKING:
+        async def __aenter__(self) -> SemaphorePermit: ...
+    else:
+        def __aenter__(self):
+            if self._mode == 0:
+                self._mode = 1
+            return self
 
     # ---- the coroutine protocol ------------------------------------------
 
@@ -504,6 +703,7 @@ class _Request(NoCopy, ReleasingRequest[SemaphorePermit]):
         g = self._gen
         if g is None:
             self._stage = 1
+            _started(self)
             g = self._gen = self._run()
         return g.send(None)
 
@@ -513,6 +713,7 @@ class _Request(NoCopy, ReleasingRequest[SemaphorePermit]):
         back; the exception propagates."""
         g = self._gen
         self._stage = 2
+        _started(self)
         try:
             exc = thrown_exception(typ, val, tb)
         except BaseException:   # not an exception: stop waiting all the same
@@ -527,6 +728,7 @@ class _Request(NoCopy, ReleasingRequest[SemaphorePermit]):
         """Coroutine protocol: the awaiting coroutine is closed."""
         g = self._gen
         self._stage = 2
+        _started(self)
         if g is not None:
             g.close()
 
@@ -534,46 +736,53 @@ class _Request(NoCopy, ReleasingRequest[SemaphorePermit]):
         sem = self._sem
         try:
             if self._permit is None and self._is_cancelled is None:
-                # plim_try_acquire, inline: nobody queues (bounded) and it fits.
+                # plim_try_acquire, inline: nobody queues (bounded) and it
+                # fits.  Only tried: if another thread holds the token, the
+                # slow path below waits for it.
                 n = self._n
-                lock = sem._lock
-                lock.acquire()
+                tok = sem._tok
                 try:
-                    avail = sem._avail
-                    if not sem._closed and (
-                        (not sem._queue and avail >= n) if sem._bounded
-                        else avail - n >= -MAX_ACQUIRED
-                    ):
-                        sem._avail = avail - n
-                        sem._acquired_total += 1
-                        sem._wait_counts[0] += 1
-                        p: SemaphorePermit = _new(SemaphorePermit)
-                        p._sem = sem
-                        p._permits = n
-                        p._pending = None
-                        n = -1
-                finally:
-                    lock.release()
-                if n < 0:
-                    if self._anon:
-                        return self._granted(p)
-                    self._result = p
-                    return p
+                    tok.pop()
+                except IndexError:
+                    pass
+                else:
+                    try:
+                        avail = sem._avail
+                        if not sem._closed and (
+                            (not sem._queue and avail >= n) if sem._bounded
+                            else avail - n >= -MAX_ACQUIRED
+                        ):
+                            sem._avail = avail - n
+                            sem._acquired_total += 1
+                            sem._wait_counts[0] += 1
+                            p: SemaphorePermit = _new(SemaphorePermit)
+                            p._sem = sem
+                            p._permits = n
+                            p._pending = None
+                            n = -1
+                    finally:
+                        tok.append(True)
+                    if n < 0:
+                        if self._mode:
+                            return self._granted(p)
+                        return p
             p = yield from sem._acquire_slow(self._permit, self._n, self._timeout,
                                              self._is_cancelled)
             return self._granted(p)
         finally:
             self._stage = 2
+            self._permit = None   # an update's permit: no longer needed here
 
     def _granted(self, p: SemaphorePermit) -> SemaphorePermit | None:
-        if self._anon:
+        if self._mode == 2:
             # `async with sem:`: the semaphore holds the permit.
             sem = self._sem
-            with sem._lock:
+            with sem._cs:
                 sem._anon += p._permits
                 p._permits = 0
             return None
-        self._result = p
+        if self._mode == 1:
+            self._result = p   # for the exit of `async with request`
         return p
 
     def _release_result(self, permit: SemaphorePermit) -> None:
@@ -581,7 +790,8 @@ class _Request(NoCopy, ReleasingRequest[SemaphorePermit]):
 
 
 def _new_request(sem: AsyncSemaphore, permit: SemaphorePermit | None, n: int,
-                 timeout: float | None, is_cancelled: IsCancelled) -> _Request:
+                 timeout: float | None, is_cancelled: IsCancelled,
+                 mode: int = 0) -> _Request:
     r: _Request = _new(_Request)
     r._sem = sem
     r._permit = permit
@@ -591,7 +801,12 @@ def _new_request(sem: AsyncSemaphore, permit: SemaphorePermit | None, n: int,
     r._stage = 0
     r._result = None
     r._gen = None
-    r._anon = False
+    r._mode = mode
+    r._ref = None
+    if not mode:
+        _fresh_append(r)
+        if len(_fresh) >= _LOOK_AT:
+            _look()
     return r
 
 
@@ -603,6 +818,14 @@ class AsyncSemaphore(NoCopy):
     unbounded; ``timeout`` (seconds, ``None`` for ever) is the default wait
     for a queued request, measured from when it joins the queue.
     ``set_max_permits`` changes the limit live, to or from unbounded too.
+
+    After ``os.fork()`` the child's semaphore has the parent's counts (the
+    permits held by the parent's permits, of which the child has copies,
+    stay taken until the child releases them) and an empty queue, as a
+    ``threading.Semaphore``: permits released in the child go to the
+    child's own requests, never to the parent's waiters, which are not
+    woken in the child (their threads do not exist there, and their event
+    loops are the parent's).
     """
 
     def __new__(cls, *args: Any, **kwargs: Any) -> AsyncSemaphore:
@@ -612,6 +835,7 @@ class AsyncSemaphore(NoCopy):
         # attribute, not a class one, so attribute reads stay specialised.
         self = super().__new__(cls)
         self._ready = False
+        self._lim = -1   # acquire's fast check fails until ready (and once closed)
         return self
 
     def _unready(self) -> RuntimeError:
@@ -634,7 +858,12 @@ class AsyncSemaphore(NoCopy):
         self._max_queue = max_queue_size
         self._queue: OrderedDict[_Waiter, None] = OrderedDict()
         self._closed = False
-        self._lock = threading.Lock()
+        self._cs = _Section()        # `with self._cs:` is the slow critical section
+        self._tok = self._cs.tok     # the fast paths only try for its token
+        # The largest request acquire() takes without a closer look: any
+        # other is checked (and refused or converted) by check_permits; -1
+        # while not ready and once closed.
+        self._lim = self._max if self._bounded else MAX_PERMITS
         self._anon = 0   # permits held by `async with sem:` blocks
         self._loops: dict[asyncio.AbstractEventLoop, _LoopState] = {}
         self._acquired_total = 0
@@ -644,6 +873,7 @@ class AsyncSemaphore(NoCopy):
         self._wait_sum = 0.0
         self._wait_counts = [0] * len(WAIT_BUCKETS)
         self._ready = True
+        _SEMAPHORES.add(self)   # for the fork rule (_after_fork_in_child)
 
     # ---- properties ---------------------------------------------------
 
@@ -718,20 +948,36 @@ class AsyncSemaphore(NoCopy):
         PermitAcquireAlreadyClosedError or PermitAcquireCancelledError.
         ``async with sem.acquire(n) as p:`` releases p on exit.
         """
-        if not self._ready:
-            raise self._unready()
-        if type(permits) is not int or not 0 <= permits <= MAX_PERMITS or (
-                self._bounded and permits > self._max):
+        lim = self._lim
+        if type(permits) is not int or not 0 <= permits <= lim:
+            if not self._ready:
+                raise self._unready()
             permits = check_permits(permits, self._max, self._bounded)
+            lim = -1   # closed?  Asked after the other arguments' checks.
         if timeout is TIMEOUT_NOT_GIVEN:
             timeout = self._timeout
         else:
             timeout = check_timeout(timeout, self._timeout)
         if is_cancelled is not None:
             check_is_cancelled(is_cancelled)
-        if self._closed:
+        if lim < 0 and self._closed:
             raise closed_error()
-        return _new_request(self, None, permits, timeout, is_cancelled)
+        # _new_request, inline (the uncontended await's hot path).
+        r: _Request = _new(_Request)
+        r._sem = self
+        r._permit = None
+        r._n = permits
+        r._timeout = timeout
+        r._is_cancelled = is_cancelled
+        r._stage = 0
+        r._result = None
+        r._gen = None
+        r._mode = 0
+        r._ref = None
+        _fresh_append(r)
+        if len(_fresh) >= _LOOK_AT:
+            _look()
+        return r
 
     def update(self, permit: SemaphorePermit, new_permits: int, *,
                timeout: float | None = TIMEOUT_NOT_GIVEN,
@@ -774,7 +1020,7 @@ class AsyncSemaphore(NoCopy):
         if not self._ready:
             raise self._unready()
         n = check_permits(permits, self._max, self._bounded)
-        with self._lock:
+        with self._cs:
             if self._closed:
                 raise closed_error()
             if not self._fits_now_locked(n):
@@ -788,9 +1034,28 @@ class AsyncSemaphore(NoCopy):
         Releasing again is a no-op; works after close."""
         if type(permit) is not SemaphorePermit or permit._sem is not self:
             raise permit_error(permit, SemaphorePermit)
-        lock = self._lock
-        lock.acquire()
+        tok = self._tok
         try:
+            tok.pop()
+        except IndexError:   # taken: the slow path waits for it
+            self._release_slow(permit)
+            return
+        try:
+            n = permit._permits
+            if n == 0:
+                return
+            if permit._pending is None and not self._queue:
+                # plim_release's fast CAS: nothing to hand over.
+                permit._permits = 0
+                self._avail += n
+                return
+        finally:
+            tok.append(True)
+        self._release_slow(permit)
+
+    def _release_slow(self, permit: SemaphorePermit) -> None:
+        done: list[_Waiter] = []
+        with self._cs:
             n = permit._permits
             if n == 0:
                 return
@@ -801,11 +1066,8 @@ class AsyncSemaphore(NoCopy):
                 pending.need += n
             self._avail += n
             if not self._queue:
-                return   # plim_release's fast CAS: nothing to hand over
-            done: list[_Waiter] = []
+                return
             check = self._process_locked(None, done)
-        finally:
-            lock.release()
         self._settle(check, done)
 
     if TYPE_CHECKING:
@@ -820,14 +1082,12 @@ class AsyncSemaphore(NoCopy):
             """``async with sem:`` takes one permit (as asyncio.Semaphore)."""
             if not self._ready:
                 raise self._unready()
-            r = _new_request(self, None, 1, self._timeout, None)
-            r._anon = True
-            return r
+            return _new_request(self, None, 1, self._timeout, None, 2)
 
         def __aexit__(self, exc_type, exc, tb):
             if not self._ready:
                 raise self._unready()
-            with self._lock:
+            with self._cs:
                 if self._anon <= 0:
                     raise RuntimeError(MSG_ANON_EXIT)
                 self._anon -= 1
@@ -840,8 +1100,9 @@ class AsyncSemaphore(NoCopy):
         if not self._ready:
             raise self._unready()
         done: list[_Waiter] = []
-        with self._lock:
+        with self._cs:
             self._closed = True
+            self._lim = -1
             while self._queue:
                 w, _ = self._queue.popitem(last=False)
                 self._leave_locked(w, W_CLOSED)
@@ -859,11 +1120,13 @@ class AsyncSemaphore(NoCopy):
         if not self._ready:
             raise self._unready()
         done: list[_Waiter] = []
-        with self._lock:
+        with self._cs:
             old_limit = self._max if self._bounded else 0
             self._avail += (max(0, m)) - old_limit
             self._max = m
             self._bounded = m > 0
+            if not self._closed:
+                self._lim = m if m > 0 else MAX_PERMITS
             if self._bounded:
                 for w in list(self._queue):
                     if w.total > m:
@@ -878,7 +1141,7 @@ class AsyncSemaphore(NoCopy):
         """A snapshot of gauges, counters and the wait-time histogram."""
         if not self._ready:
             raise self._unready()
-        with self._lock:
+        with self._cs:
             count = sum(self._wait_counts)
             return SemaphoreStats(
                 max_permits=self._max,
@@ -896,6 +1159,22 @@ class AsyncSemaphore(NoCopy):
             )
 
     # ---- the algorithm (mirrors plim_sem.c) -----------------------------
+
+    def _forget_waiters(self) -> None:
+        """In a child process after fork(): empty the queue, keep the
+        counts (see _after_fork_in_child).  The forgotten requests are not
+        woken: their threads do not exist here, and their loops are the
+        parent's.  A fresh critical section: the forking thread holds the
+        old one."""
+        self._cs = _Section()
+        self._tok = self._cs.tok
+        for w in self._queue:
+            w.state = W_REMOVED
+            p = w.permit
+            if p is not None and p._pending is w:
+                p._pending = None
+        self._queue.clear()
+        self._loops = {}
 
     def _check_permit(self, permit: object) -> None:
         if type(permit) is not SemaphorePermit or permit._sem is not self:
@@ -920,9 +1199,26 @@ class AsyncSemaphore(NoCopy):
         permit._permits += need
         self._record_wait_locked(0.0)
 
-    def _leave_locked(self, w: _Waiter, state: int) -> None:
-        """A waiter leaves the queue for good (the caller unlinked it)."""
+    def _leave_locked(self, w: _Waiter, state: int, post: bool = True) -> None:
+        """A waiter leaves the queue for good (the caller unlinked it).
+
+        It is woken here, in the same critical section that decides its
+        fate (G2): a blocking thread through its lock, an asyncio task by
+        joining its loop's wake batch (``post``; not when its own task is
+        the one leaving), so that nothing which interrupts the caller after
+        the lock is dropped can lose the wake-up.  Scheduling the batch's
+        runner is left to the caller, after the lock (``_wake_all``)."""
         w.state = state
+        lock = w.lock
+        if lock is not None:
+            lock.release()
+        elif post and w.ls is not None and not w.posted:
+            w.posted = True
+            ls = w.ls
+            if ls.batch is None:
+                ls.batch = [w]
+            else:
+                ls.batch.append(w)
         if w.ls is not None:
             w.ls.nq -= 1
         p = w.permit
@@ -963,7 +1259,7 @@ class AsyncSemaphore(NoCopy):
 
     def _return_permits(self, n: int) -> None:
         """Give ``n`` permits held by no permit object back to the pool."""
-        with self._lock:
+        with self._cs:
             self._avail += n
             if not self._queue:
                 return
@@ -975,29 +1271,35 @@ class AsyncSemaphore(NoCopy):
         """Answer pending checks outside the lock, then wake what left the
         queue.  A check that raises something other than an Exception
         (KeyboardInterrupt, SystemExit...) counts as cancelled too, so the
-        queue moves on; that exception is raised once every waiter is woken."""
+        queue moves on; that exception is raised once every waiter is woken.
+        Whatever interrupts the checks, the waiters already in ``done`` are
+        woken before it propagates."""
         pending: BaseException | None = None
-        while check is not None:
-            assert check.check is not None
-            try:
-                cancelled, cause = ask_cancelled(check.check)
-            except BaseException as exc:
-                cancelled, cause = True, exc
-                if pending is None:
-                    pending = exc
-            with self._lock:
-                if self._queue and next(iter(self._queue)) is check:
-                    if cancelled:
-                        del self._queue[check]
-                        check.cause = cause
-                        self._cancelled_total += 1
-                        self._leave_locked(check, W_CANCELLED)
-                        done.append(check)
-                        check = self._process_locked(None, done)
+        try:
+            while check is not None:
+                assert check.check is not None
+                try:
+                    cancelled, cause = ask_cancelled(check.check)
+                except BaseException as exc:
+                    cancelled, cause = True, exc
+                    if pending is None:
+                        pending = exc
+                with self._cs:
+                    if self._queue and next(iter(self._queue)) is check:
+                        if cancelled:
+                            del self._queue[check]
+                            check.cause = cause
+                            self._cancelled_total += 1
+                            self._leave_locked(check, W_CANCELLED)
+                            done.append(check)
+                            check = self._process_locked(None, done)
+                        else:
+                            check = self._process_locked(check, done)
                     else:
-                        check = self._process_locked(check, done)
-                else:
-                    check = self._process_locked(None, done)
+                        check = self._process_locked(None, done)
+        except BaseException as exc:
+            if pending is None:
+                pending = exc
         try:
             self._wake_all(done)
         except BaseException as exc:
@@ -1007,33 +1309,29 @@ class AsyncSemaphore(NoCopy):
             raise pending
 
     def _wake_all(self, done: list[_Waiter]) -> None:
-        """Wake the waiters that left the queue, in order: blocking threads
-        through their lock, asyncio tasks through their loop's wake batch
-        (one call_soon per batch).  Every batch is started even if starting
-        one raises (a revert's check, on a closed loop); the first such
-        exception is raised after."""
-        started = []
-        with self._lock:
-            for w in done:
-                if w.ls is None or w.posted:
-                    continue
-                w.posted = True
-                ls = w.ls
-                if ls.batch is None:
-                    ls.batch = [w]
-                    started.append(ls)
-                else:
-                    ls.batch.append(w)
-        for w in done:
-            if w.lock is not None:
-                w.lock.release()
+        """Schedule the wake batches that the waiters in ``done`` joined
+        when they left the queue (blocking threads were woken then).  Every
+        batch is tried even if one raises (an interrupt, a revert's check on
+        a closed loop); the first such exception is raised after.  An
+        interrupt inside this loop tries the waiter it hit once more."""
         pending: BaseException | None = None
-        for ls in started:
+        i = 0
+        n = len(done)
+        retried = -1
+        while i < n:
             try:
-                ls.schedule()
+                while i < n:
+                    ls = done[i].ls
+                    if ls is not None and ls.batch is not None and not ls.scheduled:
+                        ls.schedule()
+                    i += 1
             except BaseException as exc:
                 if pending is None:
                     pending = exc
+                if retried == i:
+                    i += 1
+                else:
+                    retried = i
         if pending is not None:
             raise pending
 
@@ -1042,21 +1340,20 @@ class AsyncSemaphore(NoCopy):
         interrupted by SystemExit/KeyboardInterrupt)."""
         if not rest:
             return
-        with self._lock:
-            start = ls.batch is None
-            if start:
+        with self._cs:
+            if ls.batch is None:
                 ls.batch = rest
             else:
-                ls.batch[:0] = rest   # type: ignore[index]
-        if start:
-            ls.schedule()
+                ls.batch[:0] = rest
+        ls.schedule()
 
     def _drop_batch(self, ls: _LoopState) -> None:
         """The batch's loop is closed: give back grants nobody will take,
         and forget the loop if nothing of it is left."""
-        with self._lock:
+        with self._cs:
             batch = ls.batch or []
             ls.batch = None
+            ls.scheduled = False
         pending: BaseException | None = None
         for w in batch:
             try:
@@ -1072,7 +1369,7 @@ class AsyncSemaphore(NoCopy):
         """Give back a grant that its requester will never take."""
         done: list[_Waiter] = []
         check = None
-        with self._lock:
+        with self._cs:
             if w.state == W_GRANTED and not w.reverted:
                 check = self._give_back_locked(w, done)
         self._settle(check, done)
@@ -1091,11 +1388,11 @@ class AsyncSemaphore(NoCopy):
         timeout stands."""
         done: list[_Waiter] = []
         check = None
-        with self._lock:
+        with self._cs:
             if w.state == W_QUEUED:
                 was_head = next(iter(self._queue)) is w
                 del self._queue[w]
-                self._leave_locked(w, W_REMOVED)
+                self._leave_locked(w, W_REMOVED, post)
                 if timed_out:
                     self._timeout_total += 1
                 else:
@@ -1110,14 +1407,27 @@ class AsyncSemaphore(NoCopy):
         self._settle(check, done)
 
     def _cancel_waiter(self, w: _Waiter, msg: str | None) -> bool:
+        ls = w.ls
+        assert ls is not None
         if w.posted:
+            # Decided, and in (or past) a wake batch: if scheduling that
+            # batch failed earlier (G1), this is the task's own way out.
+            if ls.batch is not None and not ls.scheduled:
+                ls.schedule()
             return False
         try:
             self._abandon(w, False)
         finally:   # the task is woken whatever a check raised meanwhile
             w.is_cancelled = True
             w.cancel_msg = msg
-            self._wake_all([w])
+            with self._cs:
+                if not w.posted:
+                    w.posted = True
+                    if ls.batch is None:
+                        ls.batch = [w]
+                    else:
+                        ls.batch.append(w)
+            ls.schedule()
         return True
 
     def _expire(self, expired: list[_Waiter]) -> None:
@@ -1138,7 +1448,7 @@ class AsyncSemaphore(NoCopy):
         ``n`` would grow it."""
         done: list[_Waiter] = []
         check = None
-        with self._lock:
+        with self._cs:
             if permit._pending is not None:
                 raise RuntimeError(MSG_UPDATE_IN_PROGRESS)
             cur = permit._permits
@@ -1163,7 +1473,7 @@ class AsyncSemaphore(NoCopy):
         if permit is not None and self._shrink(permit, n):
             return permit
         loop = None if blocking else _get_running_loop()
-        with self._lock:
+        with self._cs:
             if permit is None:
                 permit = _new_permit(self, 0)
             elif permit._pending is not None or permit._permits >= n:
@@ -1244,26 +1554,81 @@ class AsyncSemaphore(NoCopy):
         if type(r) is SemaphorePermit:
             return r
         w: _Waiter = r   # type: ignore[assignment]
-        assert w.lock is not None
         try:
-            woken = w.lock.acquire(
-                timeout=-1 if timeout is None else min(timeout, _LOCK_TIMEOUT_MAX))
+            decided = _wait_blocking(w, timeout)
         except BaseException:
-            try:
-                self._abandon(w, timed_out=False)
-            finally:
-                if w.state != W_REMOVED:
-                    w.lock.acquire()  # a wake-up is on its way: wait it out
+            # A grant that raced with the interrupt goes back.  The lock is
+            # this waiter's own, so a wake-up still on its way is harmless.
+            self._abandon(w, timed_out=False)
             raise
-        if not woken:
-            try:
-                self._abandon(w, timed_out=True)
-            finally:
-                if w.state != W_REMOVED:
-                    w.lock.acquire()
+        if not decided:
+            self._abandon(w, timed_out=True)   # a grant that raced with it stands
         return self._finish(w, timeout)
+
+
+def _wait_blocking(w: _Waiter, timeout: float | None) -> bool:
+    """Wait until ``w`` leaves the queue (True) or ``timeout`` seconds pass
+    (False).  Its waker releases ``w.lock`` as it decides, under the
+    semaphore's lock; the wait is cut in slices of _POLL_S that re-read the
+    state all the same, so a wake-up that an interrupt took from the waker
+    delays this thread by a slice at most (issue 32, G2)."""
+    lock = w.lock
+    assert lock is not None
+    if timeout is None:
+        while not lock.acquire(timeout=_POLL_S):
+            if w.state != W_QUEUED:
+                break
+        return True
+    deadline = _monotonic() + timeout
+    while True:
+        left = deadline - _monotonic()
+        if left <= 0:
+            return w.state != W_QUEUED
+        if lock.acquire(timeout=min(left, _POLL_S, _LOCK_TIMEOUT_MAX)):
+            return True
+        if w.state != W_QUEUED:
+            return True
 
 
 class AsyncDualMemoryLimiter(DualMemoryLimiterBase[AsyncSemaphore]):
     __doc__ = DualMemoryLimiterBase.__doc__
     _semaphore_class = AsyncSemaphore
+
+
+# ---- the fork rule (issue 32, G5/G6) ------------------------------------------
+# A child process starts with the parent's counts (the permits held by the
+# parent's objects, which the child has copies of, stay taken until the
+# child releases them) and an empty queue, as a threading.Semaphore does:
+# permits released in the child go to the child's own requests, never to
+# waiters that exist only in the parent.  Each semaphore's critical section
+# is taken around the fork, so that no other thread is half-way through changing its
+# state when the child's copy is made.
+
+_SEMAPHORES: weakref.WeakSet[AsyncSemaphore] = weakref.WeakSet()
+_held_at_fork: list[AsyncSemaphore] = []
+#: How long the fork waits for one semaphore's critical section (its holders
+#: never wait for anything but the GIL; this bounds only a fork made,
+#: absurdly, from a finaliser that ran inside one of its critical sections).
+_FORK_LOCK_WAIT_S = 1.0
+
+
+def _before_fork() -> None:
+    for sem in list(_SEMAPHORES):
+        if sem._cs.take(_FORK_LOCK_WAIT_S):
+            _held_at_fork.append(sem)
+
+
+def _after_fork_in_parent() -> None:
+    while _held_at_fork:
+        _held_at_fork.pop()._cs.__exit__()
+
+
+def _after_fork_in_child() -> None:
+    _held_at_fork.clear()
+    for sem in list(_SEMAPHORES):
+        sem._forget_waiters()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(before=_before_fork, after_in_parent=_after_fork_in_parent,
+                        after_in_child=_after_fork_in_child)

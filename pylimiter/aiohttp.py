@@ -24,7 +24,7 @@ from . import _admission as adm
 try:
     from aiohttp import StreamReader, web
 except ImportError as exc:  # pragma: no cover - depends on the install
-    raise adm.missing_extra("aiohttp", "aiohttp", "aiohttp", exc) from exc
+    raise adm.missing_extra("aiohttp", "aiohttp", exc) from exc
 
 __all__ = ["memory_limit_middleware"]
 

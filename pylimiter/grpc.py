@@ -24,7 +24,7 @@ try:
     import grpc
     from grpc import aio as grpc_aio
 except ImportError as exc:  # pragma: no cover - depends on the install
-    raise adm.missing_extra("grpc", "grpc", "grpcio protobuf", exc) from exc
+    raise adm.missing_extra("grpc", "grpc", exc) from exc
 
 __all__ = ["MemoryLimitInterceptor"]
 

@@ -22,7 +22,7 @@ from ._common import LimitType
 try:
     import httpx
 except ImportError as exc:  # pragma: no cover - depends on the install
-    raise adm.missing_extra("httpx", "httpx", "httpx", exc) from exc
+    raise adm.missing_extra("httpx", "httpx", exc) from exc
 
 __all__ = ["MemoryLimitTransport"]
 

@@ -27,7 +27,7 @@ from ._common import LimitType
 try:
     from opentelemetry.metrics import CallbackOptions, Meter, Observation
 except ImportError as exc:  # pragma: no cover - depends on the install
-    raise adm.missing_extra("otel", "otel", "opentelemetry-api", exc) from exc
+    raise adm.missing_extra("otel", "otel", exc) from exc
 
 __all__ = ["instrument"]
 

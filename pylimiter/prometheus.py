@@ -1,7 +1,7 @@
 """Prometheus metrics for any AsyncSemaphore or AsyncDualMemoryLimiter, and
 for the host-wide SharedSemaphore and SharedDualMemoryLimiter, whose values
 are the host's (every process's permits, one set of counters)
-(extra ``pylimiter-pulsar[prometheus]``).
+(the ``prometheus`` extra: ``pip install '.[prometheus]'`` from a checkout).
 
 ::
 
@@ -46,8 +46,10 @@ try:
         HistogramMetricFamily,
     )
 except ImportError as exc:  # pragma: no cover - depends on the install
+    from ._extras import install_hint
+
     raise ImportError(f"pylimiter.prometheus needs prometheus_client ({exc}); "
-                      "pip install 'pylimiter-pulsar[prometheus]'") from exc
+                      f"{install_hint('prometheus')}") from exc
 
 from ._common import LimitType, uninitialised_error
 from ._dual import DualMemoryLimiterBase

@@ -7,11 +7,13 @@ from __future__ import annotations
 import argparse
 import gc
 import os
+import sys
 
 import pytest
 
 from pylimiter._impls import C, PY, LimiterImplementation
 from tests._helpers import run
+from tests._quick import QuickLoop
 
 
 def pytest_addoption(parser):
@@ -21,6 +23,19 @@ def pytest_addoption(parser):
         default=True,
         help="run the tests of the C extension too (default: yes)",
     )
+    parser.addoption(
+        "--record-durations",
+        metavar="PATH",
+        default=None,
+        help="write each test's seconds to PATH (make durations: tests/durations.json) "
+             "and mark no test slow by its measured time in this run",
+    )
+
+
+def pytest_configure(config):
+    # `slow` and `pure_mode` are set here, from what each test uses and
+    # what it took (tests/_quick.py), not by hand.
+    config.pluginmanager.register(QuickLoop(config), "pylimiter-quick-loop")
 
 
 def pytest_collection_modifyitems(config, items):
@@ -29,6 +44,7 @@ def pytest_collection_modifyitems(config, items):
         # quick run can leave the JVM out (-m "not spark").
         if "spark" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.spark)
+    config.pluginmanager.get_plugin("pylimiter-quick-loop").modify(items)
     if config.getoption("--c-extensions"):
         return
     keep, drop = [], []
@@ -37,6 +53,33 @@ def pytest_collection_modifyitems(config, items):
     if drop:
         config.hook.pytest_deselected(items=drop)
         items[:] = keep
+
+
+def pytest_collection_finish(session):
+    """Everything alive once the tests are collected (pytest, every test
+    module and what they import: PySpark, pandas, hypothesis, ~200,000
+    objects) is moved out of the cyclic collector's sight (gc.freeze), so
+    a test's gc.collect() walks only what the tests made since: the quick
+    loop spent 37 of its 73 s in 171 such calls before.  Not on a Py_DEBUG
+    interpreter nor under PYLIMITER_GC_THRESHOLD (make test-dbg), where
+    every collection is meant to walk everything."""
+    if hasattr(sys, "gettotalrefcount") or os.environ.get("PYLIMITER_GC_THRESHOLD"):
+        return
+    # gc.get_referrers does not see frozen objects: hypothesis, on its first
+    # import, asks it whether the PRNGs its plugins register (trio's) are
+    # referred to, and warns (an error here) if it sees no referrer.  So it
+    # is imported before the freeze, even when no collected test needs it.
+    try:
+        import hypothesis  # noqa: F401
+    except ImportError:
+        pass
+    gc.collect()
+    gc.freeze()
+
+
+def pytest_sessionfinish(session):
+    # Back to normal before the plugins' own end-of-run work.
+    gc.unfreeze()
 
 
 @pytest.fixture(autouse=True)
@@ -55,6 +98,19 @@ def _gc_stress():
         yield
     finally:
         gc.set_threshold(*old)
+
+
+@pytest.fixture(autouse=True)
+def _never_awaited_in_their_test():
+    """The pure twin notes each new request and looks at the noted ones
+    later (at the next collection, or some requests on) to warn about those
+    never awaited: look at the end of every test, so that a test's
+    forgotten requests warn inside that test and its warning filters, not
+    in whichever test happens to run the next collection."""
+    yield
+    from pylimiter import _limiter_py
+
+    _limiter_py._look()
 
 
 @pytest.fixture(

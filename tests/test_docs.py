@@ -4,7 +4,9 @@
 - no page uses the project's internal references ("issue 18", "seed 003"):
   a reader from a search engine cannot follow them;
 - the Performance page includes the table of benchmarks/results/figures.md
-  (the file `make bench-table` writes), not a copy of it;
+  (the file `make bench-table` writes), not a copy of it; so do the
+  host-wide limiter's and the frameworks' pages with their benchmarks'
+  tables (results/shared_bench.md; a marked section of benchmarks/README.md);
 - the simulator pages' flag tables agree with the commands' own --help: every
   flag exists, every broker.conf key is the one the flag names, every
   default is the command's, and every flag of the command is listed;
@@ -54,6 +56,7 @@ SNIPPET = re.compile(r'^--8<-- "([^"]+)"\s*$', re.MULTILINE)
 PENDING = "<!-- pending:"
 BLOCK = re.compile(r"^```python(?:[ \t][^\n]*)?\n(.*?)^```", re.MULTILINE | re.DOTALL)
 CLI = re.compile(r"<!-- cli: (.+?) -->")
+SECTION_NAME = re.compile(r"[A-Za-z][\w-]*")
 
 
 def _rel(page: Path) -> str:
@@ -62,12 +65,20 @@ def _rel(page: Path) -> str:
 
 def _snippet(target: str) -> tuple[Path, str]:
     """A `--8<--` include, resolved as pymdownx.snippets does it (paths from
-    the repository root; `path:3:4,7:` selects lines 3-4 and 7 to the end)."""
+    the repository root; `path:3:4,7:` selects lines 3-4 and 7 to the end,
+    `path:name` the lines between the markers `--8<-- [start:name]` and
+    `--8<-- [end:name]`)."""
     path, _, spec = target.partition(":")
     file = ROOT / path
     lines = file.read_text(encoding="utf-8").splitlines(keepends=True)
     if not spec:
         return file, "".join(lines)
+    if SECTION_NAME.fullmatch(spec):
+        start = [i for i, line in enumerate(lines) if f"--8<-- [start:{spec}]" in line]
+        end = [i for i, line in enumerate(lines) if f"--8<-- [end:{spec}]" in line]
+        if len(start) != 1 or len(end) != 1 or end[0] < start[0]:
+            return file, ""   # pymdownx would include nothing: a failure below
+        return file, "".join(lines[start[0] + 1:end[0]])
     out = []
     for part in spec.split(","):
         start, _, end = part.partition(":")
@@ -124,8 +135,6 @@ def test_page_has_no_internal_references(page):
     assert found == [], f"{_rel(page)} says {found}: explain it, or leave it out"
 
 
-@pytest.mark.xfail(strict=True, reason="CHANGES.md (the lead's, included by the changelog "
-                                       "page) still names issue numbers")
 def test_changelog_has_no_internal_references():
     text = (ROOT / "CHANGES.md").read_text(encoding="utf-8")
     assert JARGON.findall(text) == []
@@ -143,6 +152,19 @@ def test_performance_page_includes_the_figures_table():
         "the table: adjust the line ranges in docs/performance.md"
     assert len(table) >= 10
     assert JARGON.findall(text) == []
+
+
+@pytest.mark.parametrize("page, target, first_column", [
+    ("many-processes.md", "benchmarks/results/shared_bench.md", "figure"),
+    ("frameworks.md", "benchmarks/README.md:http-bench", "in process, thread CPU time"),
+])
+def test_guide_pages_include_their_benchmark_tables(page, target, first_column):
+    # Included from the files a benchmark run writes (or between section
+    # markers there), never copied: a new run updates the page.
+    assert target in SNIPPET.findall((DOCS / page).read_text(encoding="utf-8"))
+    table = [line for line in _snippet(target)[1].splitlines() if line.startswith("|")]
+    assert table and table[0].startswith(f"| {first_column} |"), table[:1]
+    assert len(table) >= 6
 
 
 def test_snippets_resolve():
@@ -337,13 +359,20 @@ def site(tmp_path_factory):
 
 
 #: The public modules whose every name (their __all__) the reference documents.
+#: The framework integrations (each needs its extra, which the dev
+#: environment installs): each has a page of its own, headed by its module.
+INTEGRATION_MODULES = ("pylimiter.asgi", "pylimiter.aiohttp", "pylimiter.grpc",
+                       "pylimiter.httpx", "pylimiter.otel")
 PUBLIC_MODULES = ("pylimiter", "pylimiter.prometheus", "pylimiter.pulsar.balance",
-                  "pylimiter.pulsar.cache", "pylimiter.pulsar.cursor")
+                  "pylimiter.pulsar.cache", "pylimiter.pulsar.cursor", *INTEGRATION_MODULES)
 
 
 def _public_names() -> list[str]:
-    return [f"{name}.{attr}" for name in PUBLIC_MODULES
-            for attr in importlib.import_module(name).__all__]
+    """Every name of every public module's __all__, and each integration
+    module itself."""
+    return [*INTEGRATION_MODULES, *(f"{name}.{attr}" for name in PUBLIC_MODULES
+                                    for attr in importlib.import_module(name).__all__)]
+
 
 
 @pytest.mark.slow

@@ -3,13 +3,16 @@
 Every import of every module under pylimiter/ counts, those inside functions
 too (a cycle hidden by a function-level import is still a cycle at run
 time), read with ast from the sources (the .pyx by its import lines), so the
-test needs nothing built and nothing imported.
+test needs nothing built and nothing imported.  A twin loaded by name
+(``_impls.active_module("cache")``) is an import of both modules the twin
+table (``pylimiter._impls.TWINS``) names for it, by the module that loads it.
 
 Up and down: the limiter core (``pylimiter``, ``pylimiter._*``,
-``pylimiter.prometheus``) at the bottom; the shared kits
-(``pylimiter.spark``, ``pylimiter.pulsar`` and its ``_settings``) above it;
-the command packages (``pylimiter.bench``, each ``pylimiter.pulsar.<x>``) on
-top, never importing each other.  Inside a command package the driver
+``pylimiter.prometheus``) at the bottom; the one shared command kit
+(``pylimiter.spark``: settings, progress, reports, timing) and the
+``pylimiter.pulsar`` package above it; the command packages
+(``pylimiter.bench``, each ``pylimiter.pulsar.<x>``, and ``pylimiter``'s own
+``__main__``, the ``pylimiter`` command) on top, never importing each other.  Inside a command package the driver
 (``pipeline``, ``cli``) and its ``report`` are the top: only ``__main__``
 imports the driver, and only the driver imports the report.
 """
@@ -76,11 +79,51 @@ def _raw_imports(path: Path):
                 yield a.name, [], 0, id(node) in type_only
 
 
+#: The functions of pylimiter._impls that import a twin named by a string.
+TWIN_LOADERS = ("active_module", "module_of")
+
+
+def twins() -> dict[str, tuple[str, str]]:
+    """pylimiter._impls.TWINS (twin -> compiled and pure module), read from
+    the source: it is a literal table (wheels/check_wheels.py reads it so
+    too)."""
+    tree = ast.parse((PACKAGE / "_impls.py").read_text(encoding="utf-8"))
+    for node in tree.body:
+        targets = node.targets if isinstance(node, ast.Assign) else \
+            [node.target] if isinstance(node, ast.AnnAssign) else []
+        if any(isinstance(t, ast.Name) and t.id == "TWINS" for t in targets):
+            return ast.literal_eval(node.value)
+    raise AssertionError("pylimiter/_impls.py: no TWINS table")
+
+
+def twin_loads(path: Path):
+    """(twin, line) for every call of a twin loader in a .py file; twin is
+    None where the name is not a string literal (the graph cannot read it)."""
+    text = path.read_text(encoding="utf-8") if path.suffix == ".py" else ""
+    if not any(name in text for name in TWIN_LOADERS):
+        return
+    for node in ast.walk(ast.parse(text, str(path))):
+        if not isinstance(node, ast.Call):
+            continue
+        func = node.func
+        called = func.attr if isinstance(func, ast.Attribute) else \
+            func.id if isinstance(func, ast.Name) else None
+        if called not in TWIN_LOADERS:
+            continue
+        arg = node.args[0] if node.args else None
+        literal = isinstance(arg, ast.Constant) and isinstance(arg.value, str)
+        yield (arg.value if literal else None), node.lineno
+
+
 def edges(with_type_only: bool) -> dict[str, set[str]]:
     """module -> the pylimiter modules it imports."""
     mods = sources()
+    table = twins()
     graph: dict[str, set[str]] = {m: set() for m in mods}
     for name, path in mods.items():
+        for twin, _ in twin_loads(path):
+            if twin in table:
+                graph[name].update(m for m in table[twin] if m in mods and m != name)
         package = name if path.stem == "__init__" else name.rpartition(".")[0]
         for module, names, level, type_only in _raw_imports(path):
             if type_only and not with_type_only:
@@ -134,12 +177,14 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 
 
 def tier(module: str) -> int:
-    """0: the limiter core; 1: the shared kits; 2: a command package."""
+    """0: the limiter core; 1: the shared kit; 2: a command package (and
+    ``pylimiter.__main__``, the front door that runs them)."""
     parts = module.split(".")
+    if module == "pylimiter.__main__":
+        return 2
     if len(parts) == 1 or parts[1].startswith("_") or parts[1] == "prometheus":
         return 0
-    if parts[1] == "spark" or module == "pylimiter.pulsar" or \
-            (parts[1] == "pulsar" and parts[2].startswith("_")):
+    if parts[1] == "spark" or module == "pylimiter.pulsar":
         return 1
     return 2
 
@@ -175,7 +220,11 @@ def test_the_graph_sees_imports_inside_functions_and_the_pyx():
     assert "pylimiter" in graph["pylimiter.spark.report"]
     # from a .pyx
     assert "pylimiter.pulsar.cache._common" in graph["pylimiter.pulsar.cache._cache_c"]
-    assert "pylimiter._cli" in graph["pylimiter.pulsar.balance.pipeline"]
+    # twins loaded by name through pylimiter._impls
+    assert {"pylimiter._limiter_c", "pylimiter._limiter_py"} <= graph["pylimiter"]
+    assert {"pylimiter.pulsar.cache._cache_c",
+            "pylimiter.pulsar.cache._cache_py"} <= graph["pylimiter.pulsar.cache"]
+    assert "pylimiter.spark.cli" in graph["pylimiter.pulsar.balance.pipeline"]
 
 
 def test_the_checks_can_fail():
@@ -207,3 +256,30 @@ def test_no_import_cycle_counting_type_only_imports():
 
 def test_no_arrow_runs_back_up():
     assert arrows_back_up(edges(with_type_only=True)) == []
+
+
+def test_every_twin_is_loaded_by_a_name_the_graph_can_read():
+    table, mods = twins(), sources()
+    problems = [f"TWINS[{twin!r}] names {m}, which is not a module under pylimiter/"
+                for twin, pair in table.items() for m in pair if m not in mods]
+    loaded = set()
+    for name, path in mods.items():
+        for twin, line in twin_loads(path):
+            if twin is not None:
+                loaded.add(twin)
+                if twin not in table:
+                    problems.append(f"{path.name}:{line}: no twin {twin!r} in TWINS")
+            elif name != "pylimiter._impls":
+                problems.append(f"{path.name}:{line}: a twin loaded by a computed name "
+                                "(the import graph cannot see that import)")
+    assert problems == []
+    assert "cache" in loaded and "limiter" in loaded
+
+
+def test_twin_loads_reads_literal_names_and_flags_computed_ones(tmp_path):
+    src = tmp_path / "m.py"
+    src.write_text("from pylimiter import _impls\n"
+                   "a = _impls.active_module('cache')\n"
+                   "b = _impls.ACTIVE.module_of(name)\n"
+                   "c = active_module(\"limiter\")\n")
+    assert list(twin_loads(src)) == [("cache", 2), (None, 3), ("limiter", 4)]

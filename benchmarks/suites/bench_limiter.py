@@ -314,7 +314,7 @@ class Figures:
     separately timed ``time_*`` benchmarks above track history; these are
     the ones to read as ratios.  ``impl`` is the implementation put in
     pylimiter's place.  Needs the side-by-side engine
-    (pylimiter.bench.interleave): older commits skip."""
+    (pylimiter.spark.interleave): older commits skip."""
 
     params = [IMPLS, ["await", "async-with", "tasks", "tasks-timeout", "timeouts", "cancel"]]
     param_names = ["impl", "figure"]
@@ -332,7 +332,7 @@ class Figures:
             figures = sys.modules[name] = importlib.util.module_from_spec(spec)
             try:
                 spec.loader.exec_module(figures)
-            except (ImportError, OSError) as exc:  # e.g. no pylimiter.bench.interleave yet
+            except (ImportError, OSError) as exc:  # e.g. no pylimiter.spark.interleave yet
                 del sys.modules[name]
                 raise NotImplementedError(str(exc))
         self.figures = figures

@@ -26,7 +26,7 @@ so the processes on one host share one budget.
 Per core count k (1 .. the cluster's parallelism) one Spark *barrier*
 stage runs k tasks at once, one per Python worker process.  The processes
 of a host run every round's sides in the same time slots, the order
-flipped every round (as :func:`pylimiter.bench.interleave.interleaved` does
+flipped every round (as :func:`pylimiter.spark.interleave.interleaved` does
 in one process): a barrier cannot start them together, because Spark's
 ``BarrierTaskContext.barrier()`` lets some tasks go up to a second after
 the others (measured here: one of two tasks returned at once, the other

@@ -146,7 +146,7 @@ def remove_run_files(directory: Optional[str], run: str) -> list[str]:
 def executor_layout(sc) -> tuple[Optional[int], Optional[int]]:
     """(executors, cores each) of the session: local mode is one executor
     (the driver's JVM) with the whole parallelism."""
-    from ..spark.session import is_local
+    from ..spark.master import is_local
 
     cores = sc.defaultParallelism
     if is_local(sc.master):

@@ -23,7 +23,7 @@ import random
 import time
 from pathlib import Path
 
-from .._cli import (
+from ..spark.cli import (
     UsageError,
     fmt_seconds,
     make_parser,
@@ -34,22 +34,18 @@ from .._cli import (
     positive_int,
     run,  # re-exported: __main__.py is `run(main, PROG)` and nothing else
 )
-from ..spark.progress import JobProgress
-from ..spark.report import command_line, plural
+from ..spark.progress import JobProgress, job_description
+from ..spark.report import RunResult, command_line, plural
 from ..spark.rows import failure_row, schema, typed_row
-from ..spark.session import (
-    add_run_flags,
-    check_executors,
-    job_description,
-    preflight,
-    run_conf,
-    spark_session,
-    write_table,
-)
+from ..spark.executors import check_executors
+from ..spark.flags import add_run_flags, run_conf
+from ..spark.master import preflight
+from ..spark.session import spark_session
+from ..spark.tables import write_table
 from .hostwide import HOST_SCENARIOS
 from .hostwide_pipeline import run_hostwide
 from .hostwide_report import host_problems, print_host_summary
-from .report import RunResult, print_summary, write_report
+from .report import print_summary, write_report
 from .scenarios import IMPLEMENTATIONS, SCENARIOS
 
 __all__ = ["PROG", "RESULT_FIELDS", "build_parser", "expand_grid", "main", "run"]
@@ -262,9 +258,9 @@ ORDER BY impl, concurrency
 
 def _measure(session, args, trials, cores, progress) -> RunResult:
     """The grid, then the scaling runs: tables written to --out, and the
-    summaries as pandas frames (None where nothing ran)."""
+    summaries as pandas frames (absent where nothing ran)."""
     out = args.out
-    res = RunResult(master=session.sparkContext.master, trials=len(trials))
+    res = RunResult(params={"master": session.sparkContext.master, "trials": len(trials)})
     if trials:
         trials_df, results = run_grid(session, trials, progress)
         write_table(trials_df, out, "trials")
@@ -273,8 +269,8 @@ def _measure(session, args, trials, cores, progress) -> RunResult:
         summary = session.sql(SUMMARY_SQL)
         write_table(summary, out, "summary")
         with job_description(session.sparkContext, "bench: results and summary to the driver"):
-            res.summary = summary.toPandas()
-            res.results = results.toPandas()
+            res.tables["summary"] = summary.toPandas()
+            res.tables["results"] = results.toPandas()
         results.unpersist()
     kmax = cores if args.scaling is None else args.scaling
     if kmax > 0:
@@ -284,8 +280,8 @@ def _measure(session, args, trials, cores, progress) -> RunResult:
         write_table(scaling_df, out, "scaling_trials")
         write_table(scaling_sum, out, "scaling")
         with job_description(session.sparkContext, "bench: scaling to the driver"):
-            res.scaling = scaling_sum.toPandas()
-            res.scaling_trials = scaling_df.toPandas()
+            res.tables["scaling"] = scaling_sum.toPandas()
+            res.tables["scaling_trials"] = scaling_df.toPandas()
     host = [s for s in args.scenarios if s in HOST_SCENARIOS]
     kmax = cores if args.host_cores is None else args.host_cores
     if host and kmax > 0:
@@ -295,9 +291,9 @@ def _measure(session, args, trials, cores, progress) -> RunResult:
         write_table(hw.rounds, out, "host_rounds")
         write_table(hw.summary, out, "host_summary")
         with job_description(session.sparkContext, "bench: host-wide results to the driver"):
-            res.host = hw.summary.toPandas()
-            res.host_rounds = hw.rounds.toPandas()
-        res.host_layout = (hw.executors, hw.cores_per_executor)
+            res.tables["host_summary"] = hw.summary.toPandas()
+            res.tables["host_rounds"] = hw.rounds.toPandas()
+        res.params["host_layout"] = (hw.executors, hw.cores_per_executor)
         hw.rounds.unpersist()
     return res
 
@@ -334,21 +330,23 @@ def main(argv=None, *, spark=None) -> int:
               f"executors run {execs['python']} (Python {execs['version']}, "
               f"pylimiter {execs['implementation']})", flush=True)
         res = _measure(session, args, trials, cores, progress)
-        res.elapsed_s = time.time() - t0
-    print_summary(res.summary, res.scaling)
-    print_host_summary(res.host, res.host_layout)
-    bad = host_problems(res.host)
-    if res.summary is not None:
-        if int(res.summary["leaked_permits"].sum()):
-            bad.append(f"{plural(int(res.summary['leaked_permits'].sum()), 'permit')} leaked")
-        if int(res.summary["failed_trials"].sum()):
-            bad.append(f"{plural(int(res.summary['failed_trials'].sum()), 'trial')} failed")
+        res.timings["elapsed_s"] = time.time() - t0
+    summary = res.tables.get("summary")
+    print_summary(summary, res.tables.get("scaling"))
+    host_summary = res.tables.get("host_summary")
+    print_host_summary(host_summary, res.params.get("host_layout"))
+    bad = host_problems(host_summary)
+    if summary is not None:
+        if int(summary["leaked_permits"].sum()):
+            bad.append(f"{plural(int(summary['leaked_permits'].sum()), 'permit')} leaked")
+        if int(summary["failed_trials"].sum()):
+            bad.append(f"{plural(int(summary['failed_trials'].sum()), 'trial')} failed")
     if not args.no_report:
         index = write_report(out, res, spark_version=spark_version,
                              command=command_line(PROG, argv))
         print(f"report: {index.resolve()}")
     print(f"data: {out.resolve()} (trials, results, summary, scaling, host_* as Parquet and CSV); "
-          f"{fmt_seconds(res.elapsed_s)}")
+          f"{fmt_seconds(res.timings['elapsed_s'])}")
     if bad:
         raise RuntimeError("; ".join(bad))
     return 0

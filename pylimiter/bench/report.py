@@ -11,13 +11,13 @@ table is computed from the summary table.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Optional
+from typing import Optional
 
 from ..spark.report import (
     FULL_WIDTH_IN,
     ReportPage,
+    RunResult,
     Verdict,
     environment,
     plural,
@@ -27,32 +27,10 @@ from ..spark.report import (
 
 from .hostwide_report import add_host_section, host_verdicts
 
-__all__ = ["RunResult", "print_summary", "summary_rows", "verdict", "write_report"]
+__all__ = ["print_summary", "summary_rows", "verdict", "write_report"]
 
 IMPL_COLORS = {"c": "#1f77b4", "python": "#ff7f0e", "anchor": "#555555"}
 IMPL_LABELS = {"c": "pylimiter (C)", "python": "pylimiter (pure Python)"}
-
-
-
-
-@dataclass
-class RunResult:
-    """What a grid run produced, as pandas frames (None where nothing ran):
-    the summary and the per-trial results of the grid, the scaling summary
-    and its trials; and where and how long it ran."""
-
-    summary: Any = None
-    results: Any = None
-    scaling: Any = None
-    scaling_trials: Any = None
-    master: str = ""
-    trials: int = 0
-    elapsed_s: float = 0.0
-    #: The host-wide stages (pylimiter.bench.hostwide_pipeline): summary,
-    #: per-round table, and the session's (executors, cores each).
-    host: Any = None
-    host_rounds: Any = None
-    host_layout: Any = None
 
 
 def _ok(v) -> bool:
@@ -455,10 +433,16 @@ SUMMARY_FORMATS = {"ns/op": "{:,.0f}", "anchor ns/op": "{:,.0f}", "wait p50 µs"
 
 def write_report(out: Path, res: RunResult, *, spark_version: Optional[str],
                  command: str) -> Path:
-    """Plots and ``out/index.html``; returns the page's path."""
+    """Plots and ``out/index.html``; returns the page's path.  ``res``: the
+    tables "summary" and "results" of the grid, "scaling" and
+    "scaling_trials" of the scaling runs, "host_summary" (and
+    "host_rounds") of the host-wide stages, as pandas frames (absent where
+    nothing ran); params ``master``, ``trials`` and ``host_layout``
+    ((executors, cores each)); timings ``elapsed_s``."""
     out = Path(out)
-    summary, results, scaling, scaling_trials = (res.summary, res.results, res.scaling,
-                                                 res.scaling_trials)
+    summary, results, scaling, scaling_trials, host = (
+        res.tables.get(name) for name in ("summary", "results", "scaling", "scaling_trials",
+                                          "host_summary"))
     figs = []
     if summary is not None:
         if plot_speedup(summary, out / "speedup.png"):
@@ -477,9 +461,10 @@ def write_report(out: Path, res: RunResult, *, spark_version: Optional[str],
                      "k executors at once, each hammering its own limiter."))
     page = ReportPage(
         "pylimiter benchmark grid",
-        subtitle=f"master={res.master}  trials={res.trials}  elapsed={res.elapsed_s:.0f} s",
+        subtitle=f"master={res.params['master']}  trials={res.params['trials']}  "
+                 f"elapsed={res.timings['elapsed_s']:.0f} s",
         command=command, env=environment(spark_version))
-    page.verdicts((verdict(summary, scaling) + host_verdicts(res.host))
+    page.verdicts((verdict(summary, scaling) + host_verdicts(host))
                   or [Verdict("The grid ran", "no grid trials were run", None)])
     page.paragraph("Each trial runs pylimiter, its stdlib anchor and (tasks, timeouts) the "
                    "same work without a limiter in interleaved rounds in one executor "
@@ -499,10 +484,10 @@ def write_report(out: Path, res: RunResult, *, spark_version: Optional[str],
             "impl": "impl", "executors": "executors at once", "trials": "trials",
             "median_ops_per_s_per_executor": "ops/s per executor (median)",
             "aggregate_ops_per_s": "ops/s in all", "leaked_permits": "leaked permits"})
-    add_host_section(page, res.host, res.host_layout, out, log_axis=_readable_log_axis)
+    add_host_section(page, host, res.params.get("host_layout"), out,
+                     log_axis=_readable_log_axis)
     written = ((["summary", "results", "trials"] if summary is not None else [])
                + (["scaling", "scaling_trials"] if scaling is not None else [])
-               + (["host_summary", "host_rounds", "host_rows"] if res.host is not None
-                  else []))
+               + (["host_summary", "host_rounds", "host_rows"] if host is not None else []))
     page.files([f"{t}.{fmt}" for t in written for fmt in ("csv", "parquet")], "Raw rows")
     return page.write(out)

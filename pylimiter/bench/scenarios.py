@@ -5,7 +5,7 @@ No Spark here: a trial is a plain function call, so the pipeline can execute
 it inside any executor's Python worker (and the tests can call it directly).
 The sides (pylimiter, its stdlib anchor and, for the contended scenarios, a
 no-limiter baseline) run in interleaved rounds with the order flipped every
-round (:func:`pylimiter.bench.interleave.interleaved`), timed in thread CPU
+round (:func:`pylimiter.spark.interleave.interleaved`), timed in thread CPU
 time except where several threads share the work (``threads``: wall time).
 A trial's speed-up and cost ratio are medians of per-round ratios, so slow
 drift of the machine (another tenant, frequency scaling) hits every side
@@ -25,7 +25,7 @@ from typing import Callable, Optional
 
 from .._common import LimitType
 from .._impls import IMPLEMENTATIONS
-from .interleave import CPU, WALL, Spread, interleaved, per_round
+from ..spark.interleave import CPU, WALL, Spread, interleaved, per_round
 
 
 @dataclass(frozen=True)

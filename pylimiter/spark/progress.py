@@ -6,7 +6,8 @@ Tasks finish on executors and the driver only sees counts, so
 status tracker twice a second.  ``StepProgress`` is the same bar for a loop
 the caller advances itself (a decision loop per simulated step, say).
 Both show done/total, elapsed time and an ETA, and draw nothing when
-disabled, so ``--no-progress`` and tests stay quiet.
+disabled, so ``--no-progress`` and tests stay quiet.  ``job_group`` and
+``job_description`` name the jobs of a block in Spark's UI.
 """
 
 from __future__ import annotations
@@ -30,6 +31,19 @@ def job_group(sc, group: str, description: str) -> Iterator[None]:
     finally:
         sc.setLocalProperty("spark.jobGroup.id", old[0])
         sc.setLocalProperty("spark.job.description", old[1])
+
+
+@contextlib.contextmanager
+def job_description(sc, text: str) -> Iterator[None]:
+    """job_description names the Spark jobs started in the block (the UI's
+    Description column, e.g. ``write summary.parquet``) and puts the
+    previous description back."""
+    old = sc.getLocalProperty("spark.job.description")
+    sc.setJobDescription(text)
+    try:
+        yield
+    finally:
+        sc.setLocalProperty("spark.job.description", old)
 
 
 def _bar():

@@ -9,7 +9,8 @@ column share one format (fixed decimals), right-aligned.  A verdict's colour
 says whether the outcome is good or bad for an operator, not whether the
 claim holds (a confirmed bug is red).  A page written to ``reports/<name>``
 also refreshes ``reports/index.html``, one page that links every report
-there with its verdicts (``update_reports_index``).
+there with its verdicts (``update_reports_index``).  What a page is drawn
+from is one ``RunResult``, whatever the pipeline.
 """
 
 from __future__ import annotations
@@ -25,9 +26,30 @@ import platform
 import re
 import subprocess
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterable, Mapping, Optional, Sequence, Union
+from typing import Any, Callable, Iterable, Mapping, Optional, Sequence, Union
+
+
+@dataclass
+class RunResult:
+    """What one run of a pipeline produced, for its page (every pipeline's
+    ``report.write_report(out, result, *, spark_version, command)``), its
+    tables and its lines on the terminal.
+
+    ``tables``: each result table by its name (the name of its Parquet and
+    CSV files): a pandas frame, or a list of rows (dicts, or tuples in the
+    order of the table's declared fields).  ``settings``: the Settings the
+    run used (Pulsar's keys), if any.  ``params``: what else describes the
+    run, by name (what was swept, where it ran, what it replayed).
+    ``timings``: seconds by phase, keys ending in ``_s`` (counts the run
+    made along the way may sit beside them)."""
+
+    tables: dict[str, Any] = field(default_factory=dict)
+    settings: Any = None
+    params: dict[str, Any] = field(default_factory=dict)
+    timings: dict[str, Any] = field(default_factory=dict)
+
 
 PAGE_WIDTH_PX = 1400
 #: Figure width that fills the page at the dpi figures are saved with.

@@ -374,6 +374,35 @@ static void test_unbounded(void)
     CHECK_EQ(plim_sem_init(&s, PLIM_MAX_PERMITS + 1, 0), -1);
 }
 
+static void test_forget_waiters_keeps_counts(void)
+{
+    plim_sem_t s;
+    plim_batch_t b;
+    plim_waiter_t a, c;
+    plim_sem_init(&s, 4, 0);
+    plim_batch_init(&b);
+    plim_waiter_init(&a, 0);
+    plim_waiter_init(&c, 1);
+    CHECK_EQ(plim_try_acquire(&s, 3), PLIM_OK);
+    CHECK_EQ(plim_enqueue(&s, &a, 2, 2), PLIM_QUEUED);
+    CHECK_EQ(plim_enqueue(&s, &c, 1, 1), PLIM_QUEUED);
+    plim_forget_waiters(&s, &b);
+    CHECK(plim_batch_pop(&b) == &a);
+    CHECK(plim_batch_pop(&b) == &c);
+    CHECK(plim_batch_pop(&b) == NULL && b.check == NULL);
+    CHECK_EQ(a.state, PLIM_W_REMOVED);
+    CHECK_EQ(c.state, PLIM_W_REMOVED);
+    CHECK_EQ(plim_queue_len(&s), 0);
+    CHECK_EQ(plim_acquired(&s), 3);
+    /* Nobody queues now: the fast paths work again, and what comes back is
+     * not handed to the forgotten waiters. */
+    CHECK_EQ(plim_try_acquire(&s, 1), PLIM_OK);
+    plim_release(&s, 4, &b);
+    CHECK(b.done_head == NULL);
+    CHECK_EQ(plim_available(&s), 4);
+    plim_sem_destroy(&s);
+}
+
 int main(void)
 {
     RUN(test_try_acquire_and_release);
@@ -389,5 +418,6 @@ int main(void)
     RUN(test_switch_extremes_fit_the_word);
     RUN(test_release_growing);
     RUN(test_unbounded);
+    RUN(test_forget_waiters_keeps_counts);
     TEST_EXIT();
 }

@@ -14,13 +14,10 @@ from tests._helpers import needs_pyspark
 
 from pylimiter.spark import report
 from pylimiter.spark.progress import JobProgress, StepProgress
-from pylimiter.spark.session import (
-    UsageError,
-    check_master,
-    preflight,
-    spark_session,
-    write_table,
-)
+from pylimiter.spark import UsageError
+from pylimiter.spark.master import check_master, preflight
+from pylimiter.spark.session import spark_session
+from pylimiter.spark.tables import write_table
 
 
 @needs_pyspark
@@ -46,8 +43,8 @@ def test_preflight_checks_the_master_first_then_the_modules():
     # the bad master wins over the missing module: one message with or without pyspark
     with pytest.raises(UsageError, match="unsupported master URL"):
         preflight("mesos://h:1", None, ["no_such_module_plim"])
-    with pytest.raises(UsageError, match=r"no_such_module_plim is missing; "
-                                         r"pip install 'pylimiter-pulsar\[spark\]'"):
+    with pytest.raises(UsageError, match=r"no_such_module_plim is missing .* "
+                                         r"pip install '\.\[spark\]' in a pylimiter checkout"):
         preflight("local[2]", None, ["no_such_module_plim"])
     # an adopted session is not asked about its master
     with pytest.raises(UsageError, match="no_such_module_plim is missing"):
@@ -175,12 +172,12 @@ def test_sql_conf_restores_the_session(spark):
 @pytest.mark.slow
 def test_cancel_on_interrupt_turns_ctrl_c_into_keyboard_interrupt(spark, capsys):
     """SIGINT during a job: the job is cancelled, one line is printed, and the
-    block ends in KeyboardInterrupt (which _cli.run maps to exit 130)."""
+    block ends in KeyboardInterrupt (which spark.cli.run maps to exit 130)."""
     import os
     import signal
     import threading
 
-    from pylimiter.spark.session import cancel_on_interrupt
+    from pylimiter.spark.interrupts import cancel_on_interrupt
 
     sc = spark.sparkContext
 
@@ -246,7 +243,7 @@ def test_schema_of_the_fields_and_unknown_types_refused(spark):
 def test_run_flags_master_out_progress_and_report(tmp_path, capsys):
     import argparse
 
-    from pylimiter.spark.session import add_run_flags
+    from pylimiter.spark.flags import add_run_flags
 
     ap = argparse.ArgumentParser()
     add_run_flags(ap, tmp_path / "default-out")
@@ -295,3 +292,37 @@ def test_pysparks_pandas_notice_alone_is_silenced():
                       "may not work correctly.", FutureWarning)
         warnings.warn("another FutureWarning", FutureWarning)
     assert [str(w.message) for w in seen] == ["another FutureWarning"]
+
+
+def test_the_package_names_are_the_concern_modules_own():
+    # session.py was split by concern; the package's public names stayed.
+    import pylimiter.spark as kit
+    from pylimiter.spark import flags, master, session, tables
+
+    assert sorted(kit.__all__) == ["UsageError", "add_run_flags", "check_master",
+                                   "spark_session", "start_spark", "write_table"]
+    assert kit.add_run_flags is flags.add_run_flags
+    assert kit.check_master is master.check_master
+    assert kit.spark_session is session.spark_session
+    assert kit.start_spark is session.start_spark
+    assert kit.write_table is tables.write_table
+    assert issubclass(kit.UsageError, Exception)
+
+
+def test_run_result_is_defined_once_in_the_kit():
+    # Every pipeline's write_report takes the one RunResult: tables by name,
+    # settings, params, timings.
+    import re
+    from pathlib import Path
+
+    import pylimiter
+    from pylimiter.spark.report import RunResult
+
+    root = Path(pylimiter.__file__).parent
+    where = [str(p.relative_to(root)) for p in sorted(root.rglob("*.py"))
+             for _ in re.finditer(r"^\s*class RunResult\b", p.read_text(encoding="utf-8"),
+                                  re.M)]
+    assert where == ["spark/report.py"]
+    res = RunResult()
+    assert (res.tables, res.settings, res.params, res.timings) == ({}, None, {}, {})
+    assert RunResult().tables is not res.tables

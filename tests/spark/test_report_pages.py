@@ -227,9 +227,10 @@ def test_plural(n, word, words, text):
 
 
 def _cache_result(expected_cut=0.4, seeds=1):
+    from pylimiter.pulsar.cache._common import CacheSettings
     from pylimiter.pulsar.cache.policies import POLICIES
-    from pylimiter.pulsar.cache.report import RunResult
     from pylimiter.pulsar.cache.workloads import WORKLOADS
+    from pylimiter.spark.report import RunResult
 
     rows = []
     for w in WORKLOADS:
@@ -247,8 +248,10 @@ def _cache_result(expected_cut=0.4, seeds=1):
                          for t in (100, 10000)
                          for p, ns in (("pip430", 100.0), ("lru", 28.0),
                                        ("legacy", 100.0 * t))])
-    return RunResult(summary=pd.DataFrame(rows), scan=scan, workloads=list(WORKLOADS),
-                     policies=list(POLICIES), seeds=seeds, scale=1.0)
+    return RunResult(tables={"summary": pd.DataFrame(rows), "scan": scan},
+                     settings=CacheSettings(),
+                     params=dict(workloads=list(WORKLOADS), policies=list(POLICIES),
+                                 seeds=seeds, scale=1.0))
 
 
 def test_cache_page(tmp_path, figures):
@@ -292,7 +295,7 @@ def test_cache_verdict_follows_the_data():
     res = _cache_result(expected_cut=-0.2)          # expected reads made it worse
     rows = verdicts(res)
     assert [v.holds for v in rows[:3]] == [True, False, False]
-    res.scan = res.scan.iloc[0:0]
+    res.tables["scan"] = res.tables["scan"].iloc[0:0]
     assert verdicts(res)[0].holds is None and "not measured" in verdicts(res)[0].measured
 
 
@@ -333,7 +336,7 @@ def test_cache_verdict_lists_the_sizes_pip430_loses_at():
 
 
 def _bench_result():
-    from pylimiter.bench.report import RunResult
+    from pylimiter.spark.report import RunResult
 
     rows = []
     for scen, n, anchor, speed, cost in (
@@ -366,8 +369,9 @@ def _bench_result():
                                  wait_p99_us=100.0 * (k + 1), failure=None)
                             for r in rows if r["scenario"] in ("tasks", "cancel")
                             for k in range(3)])
-    return RunResult(summary=pd.DataFrame(rows), results=results, scaling=scaling,
-                     scaling_trials=trials, master="local[2]", trials=50)
+    return RunResult(tables={"summary": pd.DataFrame(rows), "results": results,
+                             "scaling": scaling, "scaling_trials": trials},
+                     params={"master": "local[2]", "trials": 50}, timings={"elapsed_s": 0.0})
 
 
 def test_bench_page(tmp_path, figures):
@@ -421,13 +425,15 @@ def test_cursor_page(tmp_path, figures):
     from pylimiter.pulsar.cursor import report
     from pylimiter.pulsar.cursor.pipeline import _tables
     from pylimiter.pulsar.cursor.replay import Point, run_point
+    from pylimiter.spark.report import RunResult
 
     patch, seen = figures
     patch(report)
     points = [Point(30, ret, 0.3, 0.05, 200, rate=10, publish_min=60, rollover_max_min=30,
                     quota_bytes=16 * 1024) for ret in (0, 60)]
     collected = [(i, run_point(p), 0.1) for i, p in enumerate(points)]
-    res = report.RunResult(points, _tables(points, collected), wall_s=1.0, task_seconds=0.8)
+    res = RunResult(tables=_tables(points, collected), params={"points": points},
+                    timings={"wall_s": 1.0, "task_s": 0.8})
     html = report.write_report(tmp_path, res, spark_version=None, command="c").read_text()
     rows = opening(html)
     # Pulsar's rule losing delayed messages: confirmed (yes), bad (red).
@@ -451,6 +457,7 @@ def test_balance_verdict_compares_like_with_like():
     from types import SimpleNamespace
 
     from pylimiter.pulsar.balance.report import verdict
+    from pylimiter.spark.report import RunResult
 
     def row(key, late, over, unloads=0):
         return dict(strategy=key, label=key, late_spread_pct=late, overloaded_broker_steps=over,
@@ -461,9 +468,9 @@ def test_balance_verdict_compares_like_with_like():
     steps = pd.DataFrame([dict(strategy=s, step=k, max_usage=80.0 + k)
                           for s in summary.strategy for k in range(4)])
     loads = pd.DataFrame([dict(step=0)] * 3)
-    res = SimpleNamespace(settings=SimpleNamespace(overload_threshold_pct=85.0,
-                                                   split_algorithm="range_equally_divide"),
-                          bundles=[{}] * 5, timings={"splits": 2})
+    res = RunResult(settings=SimpleNamespace(overload_threshold_pct=85.0,
+                                             split_algorithm="range_equally_divide"),
+                    tables={"bundles": [{}] * 5}, timings={"splits": 2})
     rows = {v.claim: v for v in verdict(summary, steps, loads, res)}
     lltmr = rows["ThresholdShedder narrows the spread under LeastLongTermMessageRate placement"]
     rnd = rows["ThresholdShedder narrows the spread under uniform random placement"]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from typing import Optional
 
-from .._show import show
+from ...spark.show import show
 
 
 def number(name: str, value, low: Optional[float] = 0, high: Optional[float] = None,

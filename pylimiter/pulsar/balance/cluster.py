@@ -43,7 +43,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Optional
 
-from .._settings import ConfigError, Settings as _Settings, setting
+from ...spark.settings import ConfigError, Settings as _Settings, setting
 from .bundles import Bundle, NamespaceBundles
 from .load import BrokerLoad, BundleLoad, LoadWeights, ResourceUsage
 from .placement import LeastLongTermMessageRate, UniformRandom
@@ -104,11 +104,15 @@ class TimeAverage:
 @dataclass(frozen=True)
 class BrokerCapacity:
     """What one broker can carry: ``msg_rate`` messages/s (in+out) at 100% CPU,
-    and ``bandwidth_in`` / ``bandwidth_out`` bytes/s of NIC."""
+    and ``bandwidth_in`` / ``bandwidth_out`` bytes/s of NIC.  The model's
+    assumption, not a Pulsar setting: a broker measures its CPU, and its NIC
+    speed unless loadBalancerOverrideBrokerNicSpeedGbps (unset by default)
+    overrides it.  The simulator's --broker-msg-rate and
+    --broker-bandwidth-mbytes default to these."""
 
-    msg_rate: float = 300_000.0
-    bandwidth_in: float = 250.0 * MIB
-    bandwidth_out: float = 250.0 * MIB
+    msg_rate: float = 200_000.0
+    bandwidth_in: float = 200.0 * MIB
+    bandwidth_out: float = 200.0 * MIB
 
 
 @dataclass(frozen=True)

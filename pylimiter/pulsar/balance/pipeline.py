@@ -14,10 +14,11 @@ from __future__ import annotations
 import argparse
 import json
 import time
+from dataclasses import asdict
 from pathlib import Path
 from typing import Optional, Sequence
 
-from ..._cli import (
+from ...spark.cli import (
     UsageError,
     fmt_rate,
     fmt_seconds,
@@ -29,22 +30,18 @@ from ..._cli import (
     subparsers,
 )
 from ...spark.progress import JobProgress
-from .._settings import add_setting_flags, setting_overrides
-from ...spark.report import command_line, plural
+from ...spark.settings import add_setting_flags, setting_overrides
+from ...spark.report import RunResult, command_line, plural
 from ...spark.rows import schema
-from ...spark.session import (
-    add_run_flags,
-    check_executors,
-    preflight,
-    run_conf,
-    spark_session,
-    sql_conf,
-    write_table,
-)
+from ...spark.executors import check_executors
+from ...spark.flags import add_run_flags, run_conf
+from ...spark.master import preflight
+from ...spark.session import spark_session, sql_conf
+from ...spark.tables import write_table
 from .cluster import STRATEGIES, BrokerCapacity, Settings
 from .generate import GeneratorSpec
 from .load import LoadWeights
-from .replay import TABLES, RunResult, simulate
+from .replay import TABLES, simulate
 from .report import summary_rows, write_report
 from .source import GeneratedSource, check_input, open_source
 from .split import MIB
@@ -99,19 +96,26 @@ def build_parser() -> argparse.ArgumentParser:
                      help="Parquet, CSV (with header) or JSON lines: one row per topic per step "
                           "with step, topic, msg_rate_in, msg_rate_out, msg_throughput_in, "
                           "msg_throughput_out (bytes/s), producers, consumers")
-    src.add_argument("--topics", type=positive_int, default=600_000, help="generated topics")
-    src.add_argument("--namespaces", type=positive_int, default=200,
+    src.add_argument("--topics", type=positive_int, default=GeneratorSpec.topics,
+                     help="generated topics")
+    src.add_argument("--namespaces", type=positive_int, default=GeneratorSpec.namespaces,
                      help="generated namespaces")
-    src.add_argument("--steps", type=positive_int, default=60,
+    src.add_argument("--steps", type=positive_int, default=GeneratorSpec.steps,
                      help="generated steps (load-manager ticks of a minute)")
-    src.add_argument("--seed", type=int, default=1,
+    src.add_argument("--seed", type=int, default=GeneratorSpec.seed,
                      help="seed of the generated cluster and of every random choice")
     cl = p.add_argument_group("brokers (the usage model: CPU from msg/s, bandwidth from bytes/s)")
     cl.add_argument("--brokers", type=positive_int, default=20, help="brokers in the cluster")
-    cl.add_argument("--broker-msg-rate", type=positive_float, default=200_000,
-                    help="messages/s (in+out) a broker handles at 100%% CPU")
-    cl.add_argument("--broker-bandwidth-mbytes", type=positive_float, default=200,
-                    help="NIC capacity per direction, MiB/s")
+    # String defaults, run through the type like a given value: --help shows
+    # 200000, not 200000.0.
+    cl.add_argument("--broker-msg-rate", type=positive_float,
+                    default=f"{BrokerCapacity.msg_rate:g}",
+                    help="messages/s (in+out) a broker handles at 100%% CPU (Pulsar measures "
+                         "the CPU)")
+    cl.add_argument("--broker-bandwidth-mbytes", type=positive_float,
+                    default=f"{BrokerCapacity.bandwidth_in / MIB:g}",
+                    help="NIC capacity per direction, MiB/s (Pulsar reads the NIC's speed, "
+                         "or loadBalancerOverrideBrokerNicSpeedGbps)")
     sp = p.add_argument_group("bundle splitting")
     add_setting_flags(sp, Settings, group="split")
     sp.add_argument("--split-positions", type=_positions, default=None, metavar="H1,H2,...",
@@ -120,7 +124,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_setting_flags(sh, Settings, group="shedding")
     # A string default: argparse runs it through _weights, and --help shows it.
     sh.add_argument("--weights", type=_weights, metavar="NAME=W,...",
-                    default="cpu=1,memory=0,direct_memory=0,bandwidth_in=1,bandwidth_out=1",
+                    default=",".join(f"{k}={v:g}" for k, v in asdict(LoadWeights()).items()),
                     help="loadBalancer*ResourceWeight by name (others keep Pulsar's default)")
     add_run_flags(p, DEFAULT_OUT, no_report=True)
     return ap
@@ -154,24 +158,19 @@ def settings_from(args) -> Settings:
 # ---- output --------------------------------------------------------------------------
 
 
+#: The decisions table's columns (it may have no rows to take them from).
+DECISION_COLUMNS = ["strategy", "step", "action", "bundle", "namespace", "from_broker",
+                    "to_broker", "throughput", "msg_rate", "detail"]
+
+
 def write_tables(spark, res: RunResult, out: Path) -> None:
-    """Write every table (TABLES; ``res.summary`` filled in) as Parquet + CSV
+    """Write every table (TABLES; "summary" filled in) as Parquet + CSV
     under ``out``."""
     import pandas as pd
 
-    frames = {
-        "steps": pd.DataFrame(res.steps),
-        "brokers": pd.DataFrame(res.broker_steps),
-        "decisions": pd.DataFrame(res.decisions, columns=[
-            "strategy", "step", "action", "bundle", "namespace", "from_broker", "to_broker",
-            "throughput", "msg_rate", "detail"]),
-        "bundle_loads": pd.DataFrame(res.bundle_loads),
-        "bundles": pd.DataFrame(res.bundles),
-        "ownership": pd.DataFrame(res.ownership),
-        "summary": pd.DataFrame(res.summary),
-    }
     for name in TABLES:
-        df = frames[name]
+        df = pd.DataFrame(res.tables[name],
+                          columns=DECISION_COLUMNS if name == "decisions" else None)
         if name == "decisions" and df.empty:
             df = df.astype({"step": "int64", "throughput": "float64", "msg_rate": "float64"})
         write_table(spark.createDataFrame(df) if not df.empty else _empty(spark, df), out, name)
@@ -209,7 +208,7 @@ def _describe(args) -> str:
 
 def main(argv: Optional[Sequence[str]] = None, *, spark=None) -> int:
     """``simulate``: returns 0; UsageError for bad input (exit 2 via
-    ``pylimiter._cli.run``)."""
+    ``pylimiter.spark.cli.run``)."""
     args = build_parser().parse_args(argv)
     settings = settings_from(args)
     preflight(args.master, spark, ["pyspark", "pandas", "matplotlib", "rich"])
@@ -244,8 +243,8 @@ def main(argv: Optional[Sequence[str]] = None, *, spark=None) -> int:
                 source.close()
             res.timings.update(prepare_s=prepare_s, prepared_rows=n_prepared,
                                master=session.sparkContext.master)
-            res.source = _describe(args)
-            res.summary = summary_rows(res)
+            res.params["source"] = _describe(args)
+            res.tables["summary"] = summary_rows(res)
             t1 = time.perf_counter()
             write_tables(session, res, args.out)
             res.timings["write_s"] = time.perf_counter() - t1
@@ -266,13 +265,13 @@ def main(argv: Optional[Sequence[str]] = None, *, spark=None) -> int:
 def _print_summary(res: RunResult) -> None:
     tm = res.timings
     rows = tm.get("topic_rows", 0)
-    print(f"{plural(int(rows), 'topic row')}, {plural(len(res.bundles), 'bundle')} at the end "
+    print(f"{plural(int(rows), 'topic row')}, {plural(len(res.tables['bundles']), 'bundle')} at the end "
           f"after {plural(int(tm.get('splits', 0)), 'split')}; "
           f"Spark {fmt_seconds(tm.get('spark_s', 0))} "
           f"({fmt_rate(rows / tm['spark_s'], 'topic rows') if tm.get('spark_s') else 'n/a'}), "
           f"decisions {tm.get('decide_ms_per_step', 0):.1f} ms/step for "
           f"{len(STRATEGIES)} strategies, total {fmt_seconds(tm.get('total_s', 0))}")
-    for r in res.summary:
+    for r in res.tables["summary"]:
         print(f"  {r['label']:<46} spread {r['mean_spread_pct']:5.1f} points (2nd half "
               f"{r['late_spread_pct']:5.1f}), peak {r['peak_usage_pct']:5.1f}%, "
               f"{plural(r['unloads'], 'unload')} moving {r['moved_mib_per_s']:,.0f} MiB/s")

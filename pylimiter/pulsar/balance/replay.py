@@ -12,40 +12,19 @@ from __future__ import annotations
 
 import time
 from collections import defaultdict
-from dataclasses import dataclass, field
 from typing import Sequence
 
 from ...spark.progress import StepProgress, job_group
+from ...spark.report import RunResult
 from .cluster import STRATEGIES, ZERO, BundleSample, Settings, Simulation
 from .split import TopicStats
 
-__all__ = ["MAX_BATCH", "TABLES", "RunResult", "simulate"]
+__all__ = ["MAX_BATCH", "TABLES", "simulate"]
 
 #: At most this many quiet steps are aggregated in one Spark job.
 MAX_BATCH = 8
 #: The tables a run writes (Parquet and CSV each).
 TABLES = ("steps", "brokers", "decisions", "bundle_loads", "bundles", "ownership", "summary")
-
-
-@dataclass
-class RunResult:
-    """Everything a run produced: the tables as lists of row dicts, and
-    the timings.  ``summary`` (one row per strategy, report.summary_rows)
-    and ``source`` (what was replayed, in words) are filled in by the
-    pipeline, once, for the tables, the report and the terminal."""
-
-    settings: Settings
-    namespaces: list[str]
-    brokers: list[str]
-    steps: list[dict] = field(default_factory=list)
-    broker_steps: list[dict] = field(default_factory=list)
-    decisions: list[dict] = field(default_factory=list)
-    bundle_loads: list[dict] = field(default_factory=list)
-    ownership: list[dict] = field(default_factory=list)
-    bundles: list[dict] = field(default_factory=list)
-    timings: dict = field(default_factory=dict)
-    summary: list[dict] = field(default_factory=list)
-    source: str = ""
 
 
 def _samples(rows, names) -> dict:
@@ -59,11 +38,17 @@ def _samples(rows, names) -> dict:
 def simulate(spark, source, broker_names: Sequence[str], settings: Settings, seed: int = 1,
              progress: bool = False) -> RunResult:
     """Run every step of ``source`` through the decision loop; nothing is
-    written.  Raises RuntimeError if an invariant breaks (a bundle without
-    exactly one live owner, a namespace over max_bundles)."""
+    written.  Returns the tables (TABLES, as lists of row dicts; "summary"
+    is left for the pipeline, report.summary_rows), the settings, params
+    ``namespaces`` and ``brokers`` (names), and the timings.  Raises
+    RuntimeError if an invariant breaks (a bundle without exactly one live
+    owner, a namespace over max_bundles)."""
     sim = Simulation(source.namespaces, list(broker_names), settings, STRATEGIES, seed)
     ns_index = {ns: i for i, ns in enumerate(source.namespaces)}
-    res = RunResult(settings, list(source.namespaces), list(broker_names))
+    res = RunResult(tables={name: [] for name in TABLES}, settings=settings,
+                    params={"namespaces": list(source.namespaces),
+                            "brokers": list(broker_names)})
+    tables = res.tables
     timing = defaultdict(float)
     decide_per_step: list[float] = []
     steps = list(source.steps)
@@ -113,7 +98,7 @@ def simulate(spark, source, broker_names: Sequence[str], settings: Settings, see
             for full in names:
                 s = samples.get(full, ZERO)
                 lo, hi = bounds[full]
-                res.bundle_loads.append(dict(
+                tables["bundle_loads"].append(dict(
                     step=current_step, namespace=full.rsplit("/", 1)[0], bundle=full,
                     lower=lo, upper=hi - 1, topics=s.topics, sessions=s.sessions,
                     msg_rate_in=s.msg_rate_in, msg_rate_out=s.msg_rate_out,
@@ -125,9 +110,9 @@ def simulate(spark, source, broker_names: Sequence[str], settings: Settings, see
             except AssertionError as exc:
                 raise RuntimeError(f"invariant broken at step {current_step}: {exc}") from None
             decide_per_step.append(rec.decide_cpu_s)
-            res.steps.extend(rec.steps)
-            res.broker_steps.extend(rec.brokers)
-            res.decisions.extend(rec.decisions)
+            tables["steps"].extend(rec.steps)
+            tables["brokers"].extend(rec.brokers)
+            tables["decisions"].extend(rec.decisions)
             if rec.splits:
                 # Steps already aggregated on the old layout go through again.
                 timing["steps_aggregated_twice"] += len(pending)
@@ -143,10 +128,11 @@ def simulate(spark, source, broker_names: Sequence[str], settings: Settings, see
     timing["steps"] = len(steps)
     timing["splits"] = sim.total_splits
     res.timings = dict(timing)
-    res.ownership = sim.ownership()
+    tables["ownership"] = sim.ownership()
     for ns, nb in sim.layouts.items():
         for b in nb.bundles:
             full = f"{ns}/{b.name}"
-            res.bundles.append(dict(namespace=ns, bundle=full, lower=b.lower, upper=b.upper,
-                                    last=b.last, created_step=sim.created.get(full, 0)))
+            tables["bundles"].append(dict(namespace=ns, bundle=full, lower=b.lower,
+                                          upper=b.upper, last=b.last,
+                                          created_step=sim.created.get(full, 0)))
     return res

@@ -8,11 +8,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Optional
 
-from ..._cli import fmt_seconds
+from ...spark.cli import fmt_seconds
 from ...spark.report import (
     FIGURE_DPI,
     FULL_WIDTH_IN,
     ReportPage,
+    RunResult,
     Verdict,
     environment,
     plural,
@@ -20,7 +21,7 @@ from ...spark.report import (
     save_figure,
 )
 from .cluster import STRATEGIES
-from .replay import TABLES, RunResult
+from .replay import TABLES
 from .split import MIB
 
 __all__ = ["summary_rows", "verdict", "write_report"]
@@ -34,7 +35,7 @@ def summary_rows(res: RunResult) -> list[dict]:
     """One row per strategy: what an operator compares."""
     import pandas as pd
 
-    steps = pd.DataFrame(res.steps)
+    steps = pd.DataFrame(res.tables["steps"])
     rows = []
     n_steps = steps["step"].nunique()
     tail_from = sorted(steps["step"].unique())[n_steps // 2]
@@ -59,9 +60,8 @@ def summary_rows(res: RunResult) -> list[dict]:
 def _frames(res):
     import pandas as pd
 
-    return (pd.DataFrame(res.steps), pd.DataFrame(res.broker_steps),
-            pd.DataFrame(res.bundle_loads), pd.DataFrame(res.bundles),
-            pd.DataFrame(res.summary))
+    return tuple(pd.DataFrame(res.tables[name])
+                 for name in ("steps", "brokers", "bundle_loads", "bundles", "summary"))
 
 
 def verdict(summary, steps, bundle_loads, res) -> list[Verdict]:
@@ -101,7 +101,7 @@ def verdict(summary, steps, bundle_loads, res) -> list[Verdict]:
                 f"{plural(rshed['unloads'], 'unload')}, {rshed['moved_mib_per_s']:,.0f} MiB/s "
                 f"(uniform random)", "cost"),
         Verdict(f"Bundle splitting ({res.settings.split_algorithm}) follows the load",
-                f"{start:,} -> {plural(len(res.bundles), 'bundle')} in "
+                f"{start:,} -> {plural(len(res.tables['bundles']), 'bundle')} in "
                 f"{plural(int(res.timings.get('splits', 0)), 'split')}, the same for every "
                 f"strategy", "fact"),
     ]
@@ -339,8 +339,9 @@ def write_report(out: Path, res: RunResult, *, spark_version: Optional[str],
     steps, brokers, bundle_loads, bundles, summary = _frames(res)
     tm = res.timings
     rows = tm.get("topic_rows", 0)
-    env = environment(spark_version, input=res.source, brokers=len(res.brokers),
-                      namespaces=len(res.namespaces), steps=tm.get("steps", 0),
+    env = environment(spark_version, input=res.params["source"],
+                      brokers=len(res.params["brokers"]),
+                      namespaces=len(res.params["namespaces"]), steps=tm.get("steps", 0),
                       **{"topic rows": f"{int(rows):,}"})
     page = ReportPage("Pulsar bundle load balancing: four strategies on the same load",
                       subtitle="Bundle splitting, LeastLongTermMessageRate vs uniform random "

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional, Sequence
 
-from ..._cli import UsageError
+from ...spark.cli import UsageError
 from .generate import FACT_COLUMNS, GeneratorSpec, generate_topics, namespace_name, step_rows_sql
 
 __all__ = ["FileSource", "GeneratedSource", "LAYOUT_SCHEMA", "MAX_RATE", "TopicSource",

@@ -60,6 +60,14 @@ from ._common import (
 __all__ = ["CacheEntry", "RemovalQueue", "EntryCache", "EntryCacheManager", "CacheStats",
            "NotInitialisedError"]
 
+# Main interpreter only (issue 32, G11): see pylimiter/_plim_main_only.h.
+cdef extern from *:
+    """
+    #include "_plim_main_only.h"
+    PLIM_MAIN_ONLY(_cache_c, "pylimiter.pulsar.cache._cache_c")
+    #define PyInit__cache_c plim_cython_init__cache_c
+    """
+
 cdef extern from "plim_cacheq.h":
     unsigned PLIM_CQ_ACCESSED
     unsigned PLIM_CQ_REMOVED

@@ -12,8 +12,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from .._settings import Settings, setting
-from .._show import show
+from ...spark.settings import Settings, setting
+from ...spark.show import show
 
 #: Pulsar's fixed size-eviction trigger (evictionTriggerThresholdPercent).
 DEFAULT_EVICTION_TRIGGER = 0.98

@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 from typing import Optional, Sequence
 
-from ..._cli import (
+from ...spark.cli import (
     UsageError,
     fmt_bytes,
     fmt_seconds,
@@ -30,26 +30,23 @@ from ..._cli import (
     run,  # re-exported: __main__.py is `run(main, PROG)` and nothing else
     subparsers,
 )
-from ...spark.progress import JobProgress
-from ...spark.report import command_line, plural
-from ...spark.rows import failure_row, schema, typed_row
-from ...spark.session import (
-    add_run_flags,
-    check_executors,
-    job_description,
-    preflight,
-    run_conf,
-    spark_session,
-    write_table,
-)
-from .._settings import add_setting_flags, add_sweep_flag, setting_overrides
+from ...spark.progress import JobProgress, job_description
+from ...spark.report import RunResult, command_line, plural
+from ...spark.rows import failure_row, field_names, schema, typed_row
+from ...spark.executors import check_executors
+from ...spark.flags import add_run_flags, run_conf
+from ...spark.master import preflight
+from ...spark.session import spark_session
+from ...spark.tables import write_table
+from ...spark.settings import add_setting_flags, add_sweep_flag, setting_overrides
 from ._common import CacheSettings
 from .policies import POLICIES
 from .replay import RESULT_FIELDS
-from .report import RunResult, verdicts, write_report
+from .report import verdicts, write_report
 from .workloads import WORKLOADS
 
-__all__ = ["PROG", "UsageError", "build_parser", "expand_grid", "main", "run", "settings_from"]
+__all__ = ["PROG", "UsageError", "build_parser", "expand_grid", "main", "outcome", "run",
+           "settings_from"]
 
 PROG = "python -m pylimiter.pulsar.cache"
 SCAN_POLICIES = ("pip430", "lru", "legacy")
@@ -140,6 +137,16 @@ def expand_grid(args) -> list[dict]:
 # ---- driver --------------------------------------------------------------------------------
 
 
+def outcome(rows, fields=RESULT_FIELDS) -> tuple[list[str], int, int]:
+    """What the replays' result rows (tuples in ``fields`` order) add up to,
+    each value read by its field's name: the failures' messages, the entry
+    reads and the bytes read from storage."""
+    named = [dict(zip(field_names(fields), r)) for r in rows]
+    return ([r["failure"] for r in named if r["failure"]],
+            sum(r["reads"] or 0 for r in named),
+            sum(r["storage_bytes"] or 0 for r in named))
+
+
 SUMMARY_SQL = """
 SELECT workload, policy, cache_mb,
        count(*) AS runs,
@@ -184,9 +191,9 @@ def main(argv: Optional[Sequence[str]] = None, *, spark=None) -> int:
             rows = sc.parallelize(grid, len(grid)).mapPartitions(_replay_partition).collect()
         runs = s.createDataFrame(rows, schema(RESULT_FIELDS))
         runs.createOrReplaceTempView("runs")
-        failures = [r for r in rows if r[-1]]
+        failures, total_reads, total_bytes = outcome(rows)
         if failures:
-            print(f"{plural(len(failures), 'replay')} failed; first: {failures[0][-1]}")
+            print(f"{plural(len(failures), 'replay')} failed; first: {failures[0]}")
         scan_rows = []
         if scan:
             pts = [dict(topics=t, policies=[p for p in SCAN_POLICIES if p in args.policies]
@@ -200,16 +207,14 @@ def main(argv: Optional[Sequence[str]] = None, *, spark=None) -> int:
         write_table(scan_df, out, "scan")
         with job_description(sc, "cache: summary and idle passes to the driver"):
             summary_pd, scan_pd = summary.toPandas(), scan_df.toPandas()
-        res = RunResult(summary=summary_pd, scan=scan_pd,
-                        workloads=args.workloads, policies=args.policies, seeds=args.seeds,
-                        scale=args.scale, settings=grid[0]["settings"] if grid
-                        else settings_from(args))
+        res = RunResult(tables={"summary": summary_pd, "scan": scan_pd},
+                        settings=grid[0]["settings"] if grid else settings_from(args),
+                        params=dict(workloads=args.workloads, policies=args.policies,
+                                    seeds=args.seeds, scale=args.scale))
         index = write_report(out, res, spark_version=s.version,
                              command=command_line(PROG, argv))
     if failures:
-        raise RuntimeError(f"{len(failures)} of {len(grid)} replays failed: {failures[0][-1]}")
-    total_reads = sum(r[7] or 0 for r in rows)
-    total_bytes = sum(r[12] or 0 for r in rows)
+        raise RuntimeError(f"{len(failures)} of {len(grid)} replays failed: {failures[0]}")
     print(f"{plural(len(grid), 'replay')}, {plural(total_reads, 'entry read')}, "
           f"{fmt_bytes(total_bytes)} read from simulated storage, in "
           f"{fmt_seconds(time.perf_counter() - t0)}")

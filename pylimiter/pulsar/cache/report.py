@@ -5,14 +5,14 @@ number of topics."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional
+from typing import Optional
 
-from ..._cli import fmt_bytes
+from ...spark.cli import fmt_bytes
 from ...spark.report import (
     FULL_WIDTH_IN,
     ReportPage,
+    RunResult,
     Verdict,
     environment,
     html_table,
@@ -20,30 +20,14 @@ from ...spark.report import (
     pyplot,
     save_figure,
 )
-from ._common import CacheSettings
 from .policies import POLICIES
 from .workloads import WORKLOADS
 
-__all__ = ["RunResult", "against_the_others", "claim1", "claim2", "verdicts", "write_report"]
+__all__ = ["against_the_others", "claim1", "claim2", "verdicts", "write_report"]
 
 COLORS = {"pip430": "#1b7837", "pip430-no-expected-reads": "#7fbf7b", "fifo": "#999999",
           "lru": "#2166ac", "legacy": "#b2182b"}
 CLAIM2_WORKLOADS = ("catchup", "keyshared")
-
-
-@dataclass
-class RunResult:
-    """What a sweep produced, for the page: the summary (one row per
-    workload, policy and cache size) and the idle-pass costs as pandas
-    frames, and what was swept with which eviction settings."""
-
-    summary: Any
-    scan: Any
-    workloads: list[str]
-    policies: list[str]
-    seeds: int
-    scale: float
-    settings: CacheSettings = field(default_factory=CacheSettings)
 
 
 def _ns(ns: float) -> str:
@@ -210,11 +194,12 @@ def against_the_others(summary) -> list[Verdict]:
     return rows
 
 
-def verdicts(res: "RunResult") -> list[Verdict]:
+def verdicts(res: RunResult) -> list[Verdict]:
     """The page's verdict rows (and the terminal's headline), from the data:
     PIP-430's two claims, then, per workload, where it loses to another
     policy as well as where it wins."""
-    return [claim1(res.scan), *claim2(res.summary), *against_the_others(res.summary)]
+    summary, scan = res.tables["summary"], res.tables["scan"]
+    return [claim1(scan), *claim2(summary), *against_the_others(summary)]
 
 
 def _ordered(summary):
@@ -260,9 +245,13 @@ ALL_RUNS = {
 
 def write_report(out: Path, res: RunResult, *, spark_version: Optional[str],
                  command: str) -> Path:
-    """Figures, tables and index.html in ``out``; returns the index path."""
+    """Figures, tables and index.html in ``out``; returns the index path.
+    ``res``: the tables "summary" (one row per workload, policy and cache
+    size) and "scan" (the idle-pass costs) as pandas frames, the
+    CacheSettings, and params workloads, policies, seeds and scale."""
     out = Path(out)
-    summary, scan = res.summary, res.scan
+    summary, scan = res.tables["summary"], res.tables["scan"]
+    seeds = res.params["seeds"]
     page = ReportPage(
         "Broker entry cache: PIP-430 against other eviction policies",
         subtitle="Generated traces replayed on each policy (same reads for all); "
@@ -270,7 +259,7 @@ def write_report(out: Path, res: RunResult, *, spark_version: Optional[str],
         command=command,
         env=environment(spark_version, **{key: value for key, value, _ in
                                           res.settings.table(group="eviction")},
-                        seeds=res.seeds, scale=res.scale))
+                        seeds=seeds, scale=res.params["scale"]))
     page.verdicts(verdicts(res), note="3. \"At least as well\": a hit rate no lower and no "
                   "more bytes read from storage than each other policy, at every cache size, "
                   "compared at the tables' precision; where it is not, the row lists who does "
@@ -280,12 +269,12 @@ def write_report(out: Path, res: RunResult, *, spark_version: Optional[str],
     page.tables(_workload_tables(summary),
                 title="Hit rate and storage reads per workload, policy and cache size")
     page.paragraph("Policies: " + "; ".join(
-        f"{p} = {POLICIES[p].description}" for p in res.policies)
+        f"{p} = {POLICIES[p].description}" for p in res.params["policies"])
         + ". Every policy but legacy drops entries once every subscription has acknowledged "
           "them; legacy drops them once every cursor has read them (Pulsar's default "
           "before PIP-430), which loses entries waiting for redelivery. Cache sizes are "
           "managedLedgerCacheSizeMB; numbers are means over "
-          + plural(res.seeds, "seed") + ".")
+          + plural(seeds, "seed") + ".")
     _per_workload(summary, "hit_rate", "hit rate, %", out / "hit_rate.png", ylim=(0, 1.02),
                   percent=True)
     page.figure("hit_rate.png", "Entry reads served from the cache, per workload and cache size.",
@@ -308,7 +297,7 @@ def write_report(out: Path, res: RunResult, *, spark_version: Optional[str],
         files.append("scan.png")
     table = _ordered(summary)[list(ALL_RUNS)].rename(
         columns={k: h for k, (h, _) in ALL_RUNS.items()})
-    page.table(table, title=f"All runs (means over {plural(res.seeds, 'seed')})",
+    page.table(table, title=f"All runs (means over {plural(seeds, 'seed')})",
                formats={h: f for h, f in ALL_RUNS.values() if f})
     page.paragraph("Storage reads: read requests to BookKeeper/S3, one per run of "
                    "consecutive entries that missed the cache. Requeues: entries an eviction "

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import operator
 
-from .._show import show
+from ...spark.show import show
 
 Position = tuple[int, int]
 

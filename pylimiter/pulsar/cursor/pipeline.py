@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from dataclasses import asdict
 from pathlib import Path
 
-from ..._cli import (
+from ...spark.cli import (
     fmt_bytes,
     fmt_seconds,
     make_parser,
@@ -27,32 +27,26 @@ from ..._cli import (
     subparsers,
 )
 from ...spark.progress import JobProgress
-from ...spark.report import command_line, plural
+from ...spark.report import RunResult, command_line, plural
 from ...spark.rows import field_names, schema, typed_row
-from ...spark.session import (
-    add_run_flags,
-    check_executors,
-    preflight,
-    run_conf,
-    spark_session,
-    write_table,
-)
-from .lifecycle import POLICIES
+from ...spark.executors import check_executors
+from ...spark.flags import add_run_flags, run_conf
+from ...spark.master import preflight
+from ...spark.session import spark_session
+from ...spark.settings import add_setting_flags, setting_overrides
+from ...spark.tables import write_table
 from .replay import LIFETIME_FIELDS, SUMMARY_FIELDS, TABLES, Point, run_point
-from .report import RunResult, write_report
+from .report import write_report
 
 __all__ = ["PROG", "build_parser", "main", "points_of", "run"]
 
 PROG = "python -m pylimiter.pulsar.cursor"
 
 
-def _quota(text: str) -> int:
-    """KiB >= 0, or -1 for no quota."""
-    return -1 if text.strip() == "-1" else non_negative_int(text)
-
-
 def build_parser() -> argparse.ArgumentParser:
-    """The command line: ``simulate`` and its sweep and fixed options."""
+    """The command line: ``simulate`` and its sweep and fixed options.  The
+    fixed options' defaults are Point's; the broker settings' flags come
+    from Point's declarations (their help names the broker.conf key)."""
     ap = make_parser(PROG, "Message lifecycle of Pulsar subscriptions: acknowledgment holes, "
                            "TTL with delayed messages, backlog quotas, retention.")
     sub = subparsers(ap, dest="command", required=True, metavar="COMMAND",
@@ -62,39 +56,32 @@ def build_parser() -> argparse.ArgumentParser:
                        usage="%(prog)s [options]")
     g = s.add_argument_group("sweep (comma-separated lists; one Spark task per combination)")
     g.add_argument("--ttl-min", type=number_list(float, 1, "minutes"), default=[60, 240],
-                   help="message TTL, minutes")
+                   help="message TTL, minutes (ttlDurationDefaultInSeconds, here in minutes)")
     g.add_argument("--retention-min", type=number_list(float, 0, "minutes"), default=[0, 180],
-                   help="retention time, minutes (counted from a ledger's close)")
-    g.add_argument("--delayed-share", type=number_list(float, 0, "shares", maximum=1), default=[0.1],
-                   help="share of delayed messages (delay uniform up to 2 x TTL)")
-    g.add_argument("--ack-fail", type=number_list(float, 0, "shares", maximum=1), default=[0.002, 0.02],
-                   help="probability that an ack is lost (a hole)")
+                   help="retention time, minutes, counted from a ledger's close "
+                        "(defaultRetentionTimeInMinutes)")
+    g.add_argument("--delayed-share", type=number_list(float, 0, "shares", maximum=1),
+                   default=[0.1], help="share of delayed messages (delay uniform up to 2 x TTL)")
+    g.add_argument("--ack-fail", type=number_list(float, 0, "shares", maximum=1),
+                   default=[0.002, 0.02], help="probability that an ack is lost (a hole)")
     g.add_argument("--rollover-entries", type=number_list(int, 1, "entry counts"),
-                   default=[1000, 5000], help="entries per ledger before rollover")
-    f = s.add_argument_group("fixed for every point")
-    f.add_argument("--rate", type=positive_int, default=20, help="messages per minute")
-    f.add_argument("--publish-min", type=positive_int, default=720,
+                   default=[1000, 5000],
+                   help="entries per ledger before rollover (managedLedgerMaxEntriesPerLedger)")
+    f = s.add_argument_group("traffic and compensator, fixed for every point")
+    f.add_argument("--rate", type=positive_int, default=Point.rate, help="messages per minute")
+    f.add_argument("--publish-min", type=positive_int, default=Point.publish_min,
                    help="minutes of publishing (the run goes on until everything is deleted)")
-    f.add_argument("--rollover-max-min", type=positive_int, default=240,
-                   help="a ledger with entries rolls over at this age (minutes)")
-    f.add_argument("--ttl-check-min", type=positive_int, default=5,
-                   help="minutes between expiry checks")
-    f.add_argument("--compensate-every-min", type=positive_int, default=5,
-                   help="minutes between compensation runs")
-    f.add_argument("--compensate-age-min", type=non_negative_int, default=10,
+    f.add_argument("--compensate-every-min", type=positive_int,
+                   default=Point.compensate_every_min, help="minutes between compensation runs")
+    f.add_argument("--compensate-age-min", type=non_negative_int,
+                   default=Point.compensate_age_min,
                    help="a hole is redelivered when sent longer ago than this (minutes)")
-    f.add_argument("--msg-bytes", type=positive_int, default=1024, help="message size")
-    f.add_argument("--quota-kib", type=_quota, default=512,
-                   help="backlog quota on the holes' bytes, KiB (-1: none)")
-    f.add_argument("--quota-policy", choices=POLICIES, default="producer_exception",
-                   help="what the backlog quota does when the holes' bytes exceed it: "
-                        "producer_request_hold and producer_exception: the producer publishes "
-                        "nothing that minute and catches up when released; "
-                        "consumer_backlog_eviction acknowledges the oldest holes down to "
-                        "0.9 x the quota")
-    f.add_argument("--seed", type=int, default=1,
+    f.add_argument("--msg-bytes", type=positive_int, default=Point.msg_bytes,
+                   help="message size")
+    f.add_argument("--seed", type=int, default=Point.seed,
                    help="random seed of each point's traffic and lost acks (the four "
                         "subscriptions of a point see the same messages)")
+    add_setting_flags(s.add_argument_group("broker settings, fixed for every point"), Point)
     add_run_flags(s, Path("reports/cursor"))
     return ap
 
@@ -103,11 +90,9 @@ def points_of(args) -> list:
     """Every combination of the sweep lists, as replay.Point (the fixed options
     shared)."""
     base = {"rate": args.rate, "publish_min": args.publish_min,
-            "rollover_max_min": args.rollover_max_min, "ttl_check_min": args.ttl_check_min,
             "compensate_every_min": args.compensate_every_min,
             "compensate_age_min": args.compensate_age_min, "msg_bytes": args.msg_bytes,
-            "quota_bytes": args.quota_kib * 1024 if args.quota_kib >= 0 else -1,
-            "quota_policy": args.quota_policy, "seed": args.seed}
+            "seed": args.seed, **setting_overrides(args, Point)}
     return [Point(ttl, ret, share, fail, roll, **base)
             for ttl in args.ttl_min for ret in args.retention_min
             for share in args.delayed_share for fail in args.ack_fail
@@ -142,7 +127,8 @@ def main(argv: Sequence[str] | None = None, *, spark=None) -> int:
             write_table(session.createDataFrame(rows, schema(TABLES[name])), args.out, name)
         spark_version = session.version
     wall = time.perf_counter() - t0
-    res = RunResult(points, tables, wall_s=wall, task_seconds=sum(r[2] for r in collected))
+    res = RunResult(tables=tables, params={"points": points},
+                    timings={"wall_s": wall, "task_s": sum(r[2] for r in collected)})
     index = write_report(args.out, res, spark_version=spark_version,
                          command=command_line(PROG, argv))
     names = field_names(SUMMARY_FIELDS)

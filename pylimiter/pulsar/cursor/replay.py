@@ -40,8 +40,9 @@ import sys
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 
+from ...spark.settings import Settings, setting
 from .cursor import Cursor, HoleCompensator
-from .lifecycle import BacklogQuota, Expirer
+from .lifecycle import POLICIES, BacklogQuota, Expirer
 
 MIN_MS = 60_000
 VARIANTS = [("publish", False), ("publish", True), ("deliverable", False), ("deliverable", True)]
@@ -71,8 +72,17 @@ TABLES = {"summary": SUMMARY_FIELDS, "series": SERIES_FIELDS, "lifetimes": LIFET
 
 
 @dataclass(frozen=True)
-class Point:
-    """One parameter point of the sweep (times in minutes)."""
+class Point(Settings):
+    """One parameter point of the sweep (times in minutes): what is swept
+    (TTL, retention, the delayed share, the ack-failure rate, entries per
+    ledger: Pulsar's ttlDurationDefaultInSeconds, defaultRetentionTimeInMinutes
+    and managedLedgerMaxEntriesPerLedger, in the sweep's units), the traffic
+    and the compensator, and the broker settings every point shares, each
+    declared once with its broker.conf key and Pulsar's default
+    (``python -m pylimiter.pulsar.cursor simulate`` derives their flags from
+    these declarations).  ``retention_check_min`` is Pulsar's
+    retentionCheckIntervalInSeconds (120) in minutes; the backlog quota is
+    checked every minute (backlogQuotaCheckIntervalInSeconds, 60)."""
 
     ttl_min: float
     retention_min: float
@@ -81,14 +91,25 @@ class Point:
     rollover_entries: int
     rate: int = 20
     publish_min: int = 720
-    rollover_max_min: int = 240
-    ttl_check_min: int = 5
+    rollover_max_min: int = setting(
+        "managedLedgerMaxLedgerRolloverTimeMinutes", 240, "min",
+        "a ledger with entries rolls over at this age", minimum=1)
+    ttl_check_min: int = setting(
+        "messageExpiryCheckIntervalInMinutes", 5, "min",
+        "time between expiry checks", minimum=1)
     retention_check_min: int = 2
     compensate_every_min: int = 5
     compensate_age_min: int = 10
     msg_bytes: int = 1024
-    quota_bytes: int = 1 << 20
-    quota_policy: str = "producer_exception"
+    quota_bytes: int = setting(
+        "backlogQuotaDefaultLimitBytes", -1, "bytes",
+        "backlog quota on the holes' bytes (-1: no quota)", minimum=-1, maximum=2**63 - 1)
+    quota_policy: str = setting(
+        "backlogQuotaDefaultRetentionPolicy", "producer_request_hold", "",
+        "what the backlog quota does when the holes' bytes reach it: producer_request_hold "
+        "and producer_exception: the producer publishes nothing that minute and catches up "
+        "when released; consumer_backlog_eviction acknowledges the oldest holes down to "
+        "0.9 x the quota", choices=POLICIES)
     sample_min: int = 10
     seed: int = 1
 

@@ -9,14 +9,14 @@ columns hold that rule's predictions."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
-from ..._cli import fmt_bytes, fmt_seconds
+from ...spark.cli import fmt_bytes, fmt_seconds
 from ...spark.report import (
     FULL_WIDTH_IN,
     ReportPage,
+    RunResult,
     Verdict,
     environment,
     plural,
@@ -24,26 +24,15 @@ from ...spark.report import (
     save_figure,
 )
 from ...spark.rows import field_names
-from .replay import TABLES, Point
+from .replay import TABLES
 
-__all__ = ["RunResult", "write_report"]
+__all__ = ["write_report"]
 
 RULES = {"publish": "Pulsar (TTL from publish)", "deliverable": "ours (TTL from delivery)"}
 #: The rules as table cells: what the TTL clock counts from.
 RULES_SHORT = {"publish": "publish (Pulsar)", "deliverable": "delivery (ours)"}
 ARTICLE_RULE = "TTL + retention if TTL < retention, else TTL"
 MAX_RULE = "max(TTL, retention) + rollover delay"
-
-
-@dataclass
-class RunResult:
-    """What a sweep produced: its points, the rows of each table (TABLES) by
-    name, the wall time and the executors' time in all."""
-
-    points: list[Point]
-    tables: dict[str, list[tuple]]
-    wall_s: float
-    task_seconds: float
 
 
 def _frame(res: RunResult, name: str):
@@ -65,12 +54,15 @@ def _label(r) -> str:
 
 def write_report(out: Path, res: RunResult, *, spark_version: Optional[str],
                  command: str) -> Path:
-    """Draw the figures and write index.html into ``out``."""
+    """Draw the figures and write index.html into ``out``.  ``res``: the
+    rows of each table (TABLES) by name, params ``points`` (the sweep's
+    Points), timings ``wall_s`` and ``task_s`` (the executors' time in
+    all)."""
     out = Path(out)
     summary = _frame(res, "summary")
     series = _frame(res, "series")
     life = _frame(res, "lifetimes")
-    points = res.points
+    points = res.params["points"]
     p0 = points[0]
     env = environment(spark_version, points=len(points),
                       subscriptions=len(summary), **{
@@ -78,8 +70,8 @@ def write_report(out: Path, res: RunResult, *, spark_version: Optional[str],
                                      f"{p0.msg_bytes} B each",
                           "quota": (f"{fmt_bytes(p0.quota_bytes)} on hole bytes, "
                                     f"{p0.quota_policy}" if p0.quota_bytes >= 0 else "none"),
-                          "wall time": fmt_seconds(res.wall_s),
-                          "task time": f"{res.task_seconds:.1f} s"})
+                          "wall time": fmt_seconds(res.timings["wall_s"]),
+                          "task time": f"{res.timings['task_s']:.1f} s"})
     page = ReportPage("Message lifecycle: holes, TTL and delayed messages, quotas, retention",
                       subtitle="Pulsar subscriptions simulated on pylimiter.pulsar.cursor. "
                                "\"The article\": Tencent Cloud's write-up of Pulsar's message "

@@ -1,7 +1,7 @@
 """The command line of ``python -m pylimiter.pulsar.topiclist {broker,proxy,load}``.
 
 `main(argv)` returns the exit status; __main__.py runs it through the shared
-runner, pylimiter._cli.run, which turns errors into one line and status
+runner, pylimiter.spark.cli.run, which turns errors into one line and status
 2/1/130."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import textwrap
 from dataclasses import replace
 from pathlib import Path
 
-from pylimiter._cli import (
+from pylimiter.spark.cli import (
     UsageError,
     fmt_bytes,
     fmt_rate,
@@ -43,7 +43,7 @@ NEEDS = ("google.protobuf", "re2", "google_crc32c", "aiohttp", "prometheus_clien
 
 def _limit_args(ap):
     from .limits import TopicListConfig
-    from .._settings import add_setting_flags
+    from ...spark.settings import add_setting_flags
 
     group = ap.add_argument_group("settings (override the config file)")
     group.add_argument("--config", type=Path,
@@ -128,7 +128,7 @@ def _given(args, name: str):
 
 
 def _config(args):
-    from .._settings import setting_overrides
+    from ...spark.settings import setting_overrides
     from .limits import ConfigError, TopicListConfig
 
     try:

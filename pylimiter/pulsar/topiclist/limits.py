@@ -2,7 +2,7 @@
 service's accounting: caps, peaks, live limit changes).
 
 Each setting is declared once, as a field of TopicListConfig made by
-pylimiter.pulsar._settings.setting (Pulsar key, unit, help, range); the
+pylimiter.spark.settings.setting (Pulsar key, unit, help, range); the
 config-file reader, the command-line flags, the start-up line and the admin
 API are all derived from those fields.  The metrics come from
 pylimiter.prometheus (see server.py).
@@ -22,7 +22,7 @@ from pylimiter import (
     PermitAcquireTimeoutError,
 )
 
-from .._settings import ConfigError, Settings, setting
+from ...spark.settings import ConfigError, Settings, setting
 
 MB = 1024 * 1024
 HEAP, DIRECT = LimitType.HEAP_MEMORY, LimitType.DIRECT_MEMORY

@@ -65,7 +65,7 @@ from pylimiter import (
     PermitAcquireTimeoutError,
 )
 
-from .._settings import check_value
+from ...spark.settings import check_value
 from . import protocol
 from .admin import AdminGate, AdminGuards, BadRequest, describe, make_middleware, make_site, \
     read_json

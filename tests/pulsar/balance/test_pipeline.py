@@ -13,8 +13,8 @@ import threading
 
 import pytest
 
-from pylimiter._cli import run
-from pylimiter.pulsar._settings import flag_of
+from pylimiter.spark.cli import run
+from pylimiter.spark.settings import flag_of
 from pylimiter.pulsar.balance.cluster import Settings
 from pylimiter.pulsar.balance.generate import GeneratorSpec
 from pylimiter.pulsar.balance.pipeline import PROG, build_parser, main
@@ -185,7 +185,7 @@ def _at_once(fn, path):
 
 
 def _refused_at_once(fn, path):
-    from pylimiter._cli import UsageError
+    from pylimiter.spark.cli import UsageError
 
     result = _at_once(fn, path)
     assert isinstance(result.get("exc"), UsageError), result

@@ -81,7 +81,7 @@ def test_cli_version_and_help():
 
 
 def test_flags_keys_and_defaults_come_from_the_declaration():
-    from pylimiter.pulsar._settings import flag_of
+    from pylimiter.spark.settings import flag_of
     from pylimiter.pulsar.cache import SETTINGS
     from pylimiter.pulsar.cache._common import CacheSettings
     from pylimiter.pulsar.cache.pipeline import build_parser, settings_from
@@ -135,3 +135,19 @@ def test_result_rows_fit_the_schema_types():
     py = {"double": float, "long": int, "int": int, "string": str}
     for (name, kind), value in zip(RESULT_FIELDS, row):
         assert value is None or type(value) is py[kind], (name, value)
+
+
+def test_the_run_outcome_reads_result_rows_by_name():
+    # The fields in another order: a reader by position would add up the
+    # wrong columns.
+    from pylimiter.pulsar.cache.pipeline import outcome
+    from pylimiter.pulsar.cache.replay import RESULT_FIELDS
+    from pylimiter.spark.rows import failure_row, typed_row
+
+    fields = list(reversed(RESULT_FIELDS))
+    ok = {name: 0 for name, _ in fields} | {"workload": "tailing", "policy": "fifo",
+                                             "reads": 7, "storage_bytes": 3000, "hits": 99,
+                                             "failure": None}
+    bad = failure_row({"workload": "tailing", "policy": "lru"}, ValueError("boom"))
+    rows = [typed_row(ok, fields), typed_row(ok, fields), typed_row(bad, fields)]
+    assert outcome(rows, fields) == (["ValueError: boom"], 14, 6000)

@@ -25,7 +25,7 @@ def test_usage_errors_are_one_line_and_exit_2(tmp_path, capsys):
     assert err.count("\n") == 1 and "unsupported master URL" in err
     for bad in (["simulate", "--ttl-min", "0"], ["simulate", "--ack-fail", "1.5"],
                 ["simulate", "--quota-policy", "drop"], ["simulate", "--out", "/proc/x"],
-                ["simulate", "--quota-kib", "-2"], ["simulate", "--rollover-entries", "1,x"]):
+                ["simulate", "--quota-bytes", "-2"], ["simulate", "--rollover-entries", "1,x"]):
         with pytest.raises(SystemExit) as exc:
             cli(bad)
         assert exc.value.code == 2
@@ -50,7 +50,7 @@ def test_simulate_end_to_end(spark, tmp_path, capsys):
     out = tmp_path / "cursor"
     argv = ["simulate", "--ttl-min", "30", "--retention-min", "0,60", "--delayed-share", "0.3",
             "--ack-fail", "0.05", "--rollover-entries", "200", "--rate", "10",
-            "--publish-min", "120", "--rollover-max-min", "60", "--quota-kib", "64",
+            "--publish-min", "120", "--rollover-max-min", "60", "--quota-bytes", "65536",
             "--out", str(out), "--no-progress"]
     assert main(argv, spark=spark) == 0
     printed = capsys.readouterr().out

@@ -24,7 +24,7 @@ from pylimiter.pulsar.topiclist.cli import NEEDS  # noqa: E402  (the extra's mod
 for _module in NEEDS:
     pytest.importorskip(_module)
 
-from pylimiter._cli import run  # noqa: E402
+from pylimiter.spark.cli import run  # noqa: E402
 from pylimiter.pulsar.topiclist import protocol  # noqa: E402
 from pylimiter.pulsar.topiclist.cli import PROG, describe_load, main  # noqa: E402
 from pylimiter.pulsar.topiclist.protocol import CommandType  # noqa: E402
@@ -98,7 +98,9 @@ def test_cli_without_the_topiclist_extra_names_it(monkeypatch, capsys):
     monkeypatch.setitem(sys.modules, "re2", None)          # as if google-re2 were missing
     assert run(main, PROG, ["broker"]) == 2
     err = capsys.readouterr().err
-    assert "pip install 'pylimiter-pulsar[topiclist]'" in err and "Traceback" not in err
+    assert "re2 is missing (it comes from the google-re2 package)" in err
+    assert "pip install '.[topiclist]'" in err and "Traceback" not in err
+    assert "pylimiter-pulsar[" not in err
 
 
 def test_cli_runtime_errors_exit_1_in_one_line(capsys):

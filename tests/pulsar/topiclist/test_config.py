@@ -18,7 +18,7 @@ from pylimiter.pulsar.topiclist.cli import NEEDS  # noqa: E402  (the extra's mod
 for _module in NEEDS:
     pytest.importorskip(_module)
 
-from pylimiter._cli import run  # noqa: E402
+from pylimiter.spark.cli import run  # noqa: E402
 from pylimiter.pulsar.topiclist import protocol  # noqa: E402
 from pylimiter.pulsar.topiclist.broker import Broker  # noqa: E402
 from pylimiter.pulsar.topiclist.cli import PROG, main  # noqa: E402
@@ -62,7 +62,7 @@ def test_each_setting_declared_once_reaches_file_flags_startup_and_admin(tmp_pat
     flag, the start-up line and the admin API all come from it."""
     import argparse
 
-    from pylimiter.pulsar._settings import add_setting_flags, setting_overrides
+    from pylimiter.spark.settings import add_setting_flags, setting_overrides
 
     decl = TopicListConfig.settings()
     assert [f.name for f in decl] == ["heap_mb", "direct_mb", "heap_timeout_ms",

@@ -1,4 +1,4 @@
-"""pylimiter.pulsar._settings: one declaration per setting, and everything
+"""pylimiter.spark.settings: one declaration per setting, and everything
 derived from it (config file, flags, start-up line, checks), on a toy
 subsystem of its own."""
 
@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from pylimiter.pulsar._settings import (
+from pylimiter.spark.settings import (
     JAVA_INT_MAX,
     ConfigError,
     Settings,

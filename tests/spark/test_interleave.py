@@ -1,11 +1,11 @@
-"""pylimiter.bench.interleave: rounds interleaved, the order flipped, the
+"""pylimiter.spark.interleave: rounds interleaved, the order flipped, the
 warm-up dropped, spreads over rounds."""
 
 from __future__ import annotations
 
 import pytest
 
-from pylimiter.bench.interleave import Spread, interleaved, per_round
+from pylimiter.spark.interleave import Spread, interleaved, per_round
 
 
 def test_interleaved_flips_the_order_and_drops_warmup():

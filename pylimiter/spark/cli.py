@@ -10,7 +10,9 @@
   any work starts;
 - numbers printed rounded, with their units (``fmt_*``).
 
-``pylimiter.spark.session.UsageError`` is this module's UsageError.
+Needs the standard library only (the topic-list service, which has no
+Spark, builds its command on it too).  ``pylimiter.spark.UsageError`` is
+this module's UsageError.
 """
 
 from __future__ import annotations
@@ -23,6 +25,8 @@ import sys
 import tempfile
 from pathlib import Path
 from typing import Any, Callable, Optional, Sequence
+
+from .._extras import missing
 
 DISTRIBUTION = "pylimiter-pulsar"
 
@@ -205,14 +209,15 @@ def number_list(kind: Callable[[str], float], minimum: float, what: str = "numbe
 
 
 def require(modules: Sequence[str], extra: str) -> None:
-    """UsageError naming the extra to install when one of ``modules`` cannot
-    be imported."""
+    """UsageError when one of ``modules`` cannot be imported: which module
+    is missing, which package provides it, and the install that works today
+    (``pip install '.[extra]'`` from a checkout, or the extra's packages:
+    pylimiter._extras, a copy of pyproject.toml's extras)."""
     for name in modules:
         try:
             importlib.import_module(name)
         except ImportError as exc:
-            raise UsageError(f"{exc.name or name} is missing; "
-                             f"pip install '{DISTRIBUTION}[{extra}]'") from None
+            raise UsageError(missing(name, extra, cause=exc.name, error=str(exc))) from None
 
 
 def one_line(exc: BaseException) -> str:

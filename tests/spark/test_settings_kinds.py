@@ -1,4 +1,4 @@
-"""pylimiter.pulsar._settings beyond numbers: switches, choices, settings
+"""pylimiter.spark.settings beyond numbers: switches, choices, settings
 selected by group, swept settings and the report table, on a toy subsystem
 of their own (the balance and cache declarations use all of these)."""
 
@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from pylimiter.pulsar._settings import (
+from pylimiter.spark.settings import (
     ConfigError,
     Settings,
     add_setting_flags,
