@@ -88,7 +88,7 @@ test-stage-pure-mode:
 test-stage-test-pure: test-pure
 test-stage-test-dbg: test-dbg
 
-# The executors' environment for a cluster (README, "Running on a cluster"):
+# The executors' environment for a cluster (docs/pulsar/cluster.md, "Running on a cluster"):
 # a venv of this interpreter without pip, only pylimiter's wheel in it
 # (--no-deps: executors need nothing else), packed by venv-pack into
 # build/cluster-env/pylimiter-env.tar.gz for --executor-env.  Its bin/python
@@ -347,9 +347,10 @@ BALANCE_ARGS ?=
 balance: build java
 	$(PY) -m pylimiter.pulsar.balance simulate --out reports/balance $(BALANCE_ARGS)
 
-# Issue 14's table of figures on CPython 3.10-3.13 (pyenv) and 3.14-3.15
-# (Debian sid's, in the sid root), default loop and uvloop, into
-# benchmarks/results/figures.md and .csv (see benchmarks/README.md).
+# The speed figures on CPython 3.10-3.13 (pyenv) and 3.14-3.15 (Debian
+# sid's, in the sid root), default loop and uvloop, into
+# benchmarks/results/figures.md, .csv and headline.md, whose table it also
+# copies into README.md (the docs include the file): one run, one source.
 bench-table: build
 	wheels/pythons.sh amd64
 	$(PY) -m benchmarks.table

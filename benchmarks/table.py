@@ -1,7 +1,12 @@
-"""``python -m benchmarks.table``: issue 14's table of figures on every CPython
+"""``python -m benchmarks.table``: the speed figures on every CPython
 here (3.10-3.15), on the default event loop and on uvloop, into
 ``benchmarks/results/figures.md`` (and ``figures.csv``, one row per figure,
-loop and Python, with median, quartiles and extremes over rounds).
+loop and Python, with median, quartiles and extremes over rounds), and
+``benchmarks/results/headline.md``, the few figures README.md and the docs'
+Performance page show: written here, copied into README.md between its
+``<!-- headline:start -->`` / ``<!-- headline:end -->`` markers and included
+by the docs, so that no figure is typed twice (tests/test_headline.py holds
+README.md to the file).
 
 For each interpreter the extension is built in place by a venv of that
 version (``.venv-bench-3.X``, created once with uvloop, Cython and
@@ -36,6 +41,7 @@ PYENV = Path(os.environ.get("PYENV_ROOT", Path.home() / ".pyenv")) / "versions"
 VERSIONS = ["3.10", "3.11", "3.12", "3.13", "3.14", "3.15"]
 #: Reachable here only as Debian sid packages, run in the sid root.
 SID_VERSIONS = {"3.14", "3.15"}
+RESULTS = ROOT / "benchmarks" / "results"
 SID_ROOT = ROOT / "wheels" / "work" / "sid" / "amd64"
 IN_SID = [ROOT / "wheels" / "in_sid.sh", "amd64"]
 PROG = "python -m benchmarks.table"
@@ -146,6 +152,7 @@ def write_outputs(rows: list[dict], env: dict, out: Path) -> Path:
     fields = ["figure", "loop", "python", "python_full", "build", "kind", "rounds", "median", "q1", "q3",
               "lo", "hi", "n", "target", "meets", "mine_ns_per_op", "anchor_ns_per_op",
               "base_ns_per_op"]
+    (out / "figures.json").write_text(json.dumps({"env": env}, indent=1, sort_keys=True) + "\n")
     with (out / "figures.csv").open("w", newline="") as f:
         w = csv.DictWriter(f, fields, extrasaction="ignore")
         w.writeheader()
@@ -158,7 +165,7 @@ def write_outputs(rows: list[dict], env: dict, out: Path) -> Path:
             for v, r in ((r["python"], r) for r in rows)}
     by = {(r["figure"], r["loop"], r["python"]): r for r in rows}
     lines = [
-        "# Issue 14's figures, measured",
+        "# The speed figures, measured",
         "",
         f"Command: `{COMMAND}` (`{PROG}`).  Machine: {env['CPU']}, {env['OS']}; "
         f"pylimiter {env['pylimiter']}; uvloop {env.get('uvloop') or 'not installed'}; "
@@ -166,8 +173,7 @@ def write_outputs(rows: list[dict], env: dict, out: Path) -> Path:
         "",
         "Each cell: the median over rounds of a ratio measured in one process, "
         "[first–third quartile]; rounds interleaved with the order flipped every "
-        "round, thread CPU time.  ✓/✗: meets the target of issue 14 (3.14/3.15: "
-        "issue 20) or not "
+        "round, thread CPU time.  ✓/✗: meets the project's target or not "
         "(no mark: no target for that Python).  x faster = anchor's time / "
         "pylimiter's; cost = (pylimiter - baseline) / (anchor - baseline), lower "
         "is better; x slower = pylimiter's time / anchor's.  Extremes and ns/op of "
@@ -195,7 +201,84 @@ def write_outputs(rows: list[dict], env: dict, out: Path) -> Path:
         lines += ["", "n/a: not measurable there (" + "; ".join(notes) + ")."]
     md = out / "figures.md"
     md.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    write_headline(rows, env, versions, full, out / "headline.md")
     return md
+
+
+#: The figures README.md shows (default event loop): key -> its row label.
+HEADLINE = (
+    ("await", "`await sem.acquire()` + `release`, uncontended: x faster than asyncio.Semaphore"),
+    ("async-with-sem", "`async with sem:`: x faster than asyncio.Semaphore's"),
+    ("tasks", "1,000 tasks on 10 permits: cost over no limiter, / asyncio.Semaphore's"),
+    ("cancel", "10,000 waiters cancelled: x cheaper than asyncio.Semaphore"),
+    ("blocking", "`acquire_blocking(1)` + `release`: x faster than threading.Semaphore"),
+    ("pure", "pure-Python twin, uncontended `await`: / asyncio.Semaphore's time"),
+)
+HEADLINE_START = "<!-- headline:start -->"
+#: Absolute, so the link works from README.md and from the docs site alike.
+REPO_BLOB = "https://github.com/pylimiter/pylimiter-pulsar/blob/main"
+HEADLINE_END = "<!-- headline:end -->"
+
+
+def headline_text(rows: list[dict], env: dict, versions: list[str], full: dict) -> str:
+    """The README's figures: medians only, one column per CPython, the
+    machine and date, and where the quartiles are."""
+    # The default loop's row, or the loop-less one (threads).
+    by = {(r["figure"], r["python"]): r for r in rows if r["loop"] in ("asyncio", "-")}
+    lines = ["| figure | " + " | ".join(full[v].replace(", Debian", " (Debian)") for v in versions)
+             + " |", "|---|" + "---:|" * len(versions)]
+    for key, label in HEADLINE:
+        cells = [by.get((key, v)) for v in versions]
+        if not any(cells):
+            continue
+        lines.append(f"| {label} | " + " | ".join(
+            _fmt(r["kind"], r["median"]) if r else "n/a" for r in cells) + " |")
+    lines += ["", f"Medians of ratios measured side by side in one process (interleaved "
+              f"rounds, thread CPU time) by `{COMMAND}` on {env['CPU']}, {env['date']}; "
+              f"quartiles, uvloop and more figures in "
+              f"[benchmarks/results/figures.md]({REPO_BLOB}/benchmarks/results/figures.md)."]
+    return "\n".join(lines) + "\n"
+
+
+def write_headline(rows: list[dict], env: dict, versions: list[str], full: dict,
+                   path: Path) -> None:
+    """headline.md, then README.md's copy between the markers: only for the
+    checkout's own results folder (a run into another folder, such as a
+    test's, leaves the README alone; an installed tree has no README)."""
+    text = headline_text(rows, env, versions, full)
+    path.write_text(text, encoding="utf-8")
+    if path.resolve().parent == RESULTS.resolve():
+        sync_readme(text)
+
+
+def sync_readme(text: str, readme: Path = ROOT / "README.md") -> bool:
+    """Put ``text`` between README.md's headline markers; False when the
+    README or its markers are missing."""
+    if not readme.exists():
+        return False
+    doc = readme.read_text(encoding="utf-8")
+    start, end = doc.find(HEADLINE_START), doc.find(HEADLINE_END)
+    if start < 0 or end < start:
+        return False
+    doc = doc[:start + len(HEADLINE_START)] + "\n" + text + doc[end:]
+    readme.write_text(doc, encoding="utf-8")
+    return True
+
+
+def render(out: Path) -> int:
+    """The outputs again from a run's figures.csv and figures.json."""
+    rows = []
+    with (out / "figures.csv").open(newline="") as f:
+        for r in csv.DictReader(f):
+            for k in ("median", "q1", "q3", "lo", "hi", "target", "mine_ns_per_op",
+                      "anchor_ns_per_op", "base_ns_per_op"):
+                r[k] = float(r[k]) if r.get(k) not in (None, "") else None
+            r["meets"] = {"True": True, "False": False}.get(r["meets"])
+            rows.append(r)
+    env = json.loads((out / "figures.json").read_text())["env"]
+    md = write_outputs(rows, env, out)
+    print(f"written: {md}, {out / 'headline.md'} (and README.md's copy)")
+    return 0
 
 
 def parent(args) -> int:
@@ -251,9 +334,14 @@ def main(argv=None) -> int:
                     help="figure keys (default: all)")
     ap.add_argument("--scale", type=positive_float, default=1.0,
                     help="multiplies every figure's number of rounds")
-    ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
+    ap.add_argument("--out", type=Path, default=RESULTS)
+    ap.add_argument("--render", action="store_true",
+                    help="measure nothing: rewrite figures.md, headline.md and README.md's "
+                         "copy from the figures.csv and figures.json already in --out")
     ap.add_argument("--worker", metavar="JSON", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
+    if args.render:
+        return run(lambda _: render(args.out), PROG, argv)
     return run(lambda _: worker(args) if args.worker else parent(args), PROG, argv)
 
 

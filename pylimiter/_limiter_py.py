@@ -713,6 +713,7 @@ class _Request(NoCopy, ReleasingRequest[SemaphorePermit]):
         back; the exception propagates."""
         g = self._gen
         self._stage = 2
+        self._is_cancelled = None   # as at the end of _run
         _started(self)
         try:
             exc = thrown_exception(typ, val, tb)
@@ -728,6 +729,7 @@ class _Request(NoCopy, ReleasingRequest[SemaphorePermit]):
         """Coroutine protocol: the awaiting coroutine is closed."""
         g = self._gen
         self._stage = 2
+        self._is_cancelled = None   # as at the end of _run
         _started(self)
         if g is not None:
             g.close()
@@ -772,6 +774,10 @@ class _Request(NoCopy, ReleasingRequest[SemaphorePermit]):
         finally:
             self._stage = 2
             self._permit = None   # an update's permit: no longer needed here
+            # _fresh may keep this request a while (see _look): it must not
+            # keep the caller's is_cancelled -- a connection's bound method,
+            # often -- and so the connection alive after the request ended.
+            self._is_cancelled = None
 
     def _granted(self, p: SemaphorePermit) -> SemaphorePermit | None:
         if self._mode == 2:
@@ -1224,6 +1230,10 @@ class AsyncSemaphore(NoCopy):
         p = w.permit
         if p is not None and p._pending is w:
             p._pending = None
+        # it is asked no more; what the check holds (a connection, often)
+        # must not live on with a waiter that a timer heap or a late
+        # reference still keeps
+        w.check = None
 
     def _grant_locked(self, w: _Waiter, now: float) -> None:
         assert w.permit is not None
@@ -1277,9 +1287,13 @@ class AsyncSemaphore(NoCopy):
         pending: BaseException | None = None
         try:
             while check is not None:
-                assert check.check is not None
+                fn = check.check
+                cancelled, cause = False, None
                 try:
-                    cancelled, cause = ask_cancelled(check.check)
+                    # None: it left the queue meanwhile (_leave_locked
+                    # dropped its check); the head test below moves on
+                    if fn is not None:
+                        cancelled, cause = ask_cancelled(fn)
                 except BaseException as exc:
                     cancelled, cause = True, exc
                     if pending is None:
@@ -1531,6 +1545,10 @@ class AsyncSemaphore(NoCopy):
                       timeout: float | None, is_cancelled: IsCancelled
                       ) -> Generator[Any, None, SemaphorePermit]:
         r = self._begin(permit, n, timeout, is_cancelled, False)
+        # The waiter holds the check while it queues.  This frame must not:
+        # a cancel's exception keeps the frame in a cycle with its traceback
+        # until the next collection, and the check with it (a connection).
+        del is_cancelled
         if type(r) is SemaphorePermit:
             return r
         w: _Waiter = r   # type: ignore[assignment]

@@ -135,8 +135,6 @@ def test_page_has_no_internal_references(page):
     assert found == [], f"{_rel(page)} says {found}: explain it, or leave it out"
 
 
-@pytest.mark.xfail(strict=True, reason="CHANGES.md (the lead's, included by the changelog "
-                                       "page) still names issue numbers")
 def test_changelog_has_no_internal_references():
     text = (ROOT / "CHANGES.md").read_text(encoding="utf-8")
     assert JARGON.findall(text) == []

@@ -58,11 +58,15 @@ def test_each_example_names_an_extra_that_installs_its_imports():
     checked = 0
     for line, code in BLOCKS:
         start = text.rfind("\n## ", 0, text.index(code))
-        named = re.findall(r"pip install '\.\[(\w+)\]'", text[start:text.index(code)])
+        lines = re.findall(r"pip install '\.\[\w+\]'[^`\n]*", text[start:text.index(code)])
+        named = [n for line in lines for n in re.findall(r"'\.\[(\w+)\]'", line)]
         if not named:
             continue
         wanted = {re.split(r"[<>=;!\[ ]", req, maxsplit=1)[0].lower().replace("-", "_")
                   for extra in named for req in extras[extra]}
+        # Packages named beside the extra on the same install line.
+        wanted |= {w.lower().replace("-", "_") for line in lines
+                   for w in re.sub(r"'\.\[\w+\]'", " ", line).split()[2:]}
         imported = set()
         for node in ast.walk(ast.parse(code)):
             if isinstance(node, ast.Import):

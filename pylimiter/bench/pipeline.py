@@ -11,6 +11,9 @@ its stdlib anchor in the same process, alternating, and reports the ratio.
 
 Per-core scaling runs separately: for k = 1..cores, k tasks at once, each
 hammering a limiter of its own; per-executor throughput should stay flat.
+The host-wide scenarios (host-handoff, host-load) run separately too, one
+barrier stage per core count, every Python worker on one SharedSemaphore
+(:mod:`pylimiter.bench.hostwide_pipeline`).
 """
 
 from __future__ import annotations
@@ -39,6 +42,9 @@ from ..spark.flags import add_run_flags, run_conf
 from ..spark.master import preflight
 from ..spark.session import spark_session
 from ..spark.tables import write_table
+from .hostwide import HOST_SCENARIOS
+from .hostwide_pipeline import run_hostwide
+from .hostwide_report import host_problems, print_host_summary
 from .report import print_summary, write_report
 from .scenarios import IMPLEMENTATIONS, SCENARIOS
 
@@ -82,9 +88,10 @@ def build_parser() -> argparse.ArgumentParser:
                            "process) spread over executors,\naggregated with Spark SQL, "
                            "summarised in the terminal and in an HTML report.",
                      usage="%(prog)s [options]")
-    ap.add_argument("--scenarios", type=name_list(list(SCENARIOS)),
-                    default=[s for s in SCENARIOS if s != "scaling"],
-                    help="comma-separated; scaling runs per --scaling")
+    ap.add_argument("--scenarios", type=name_list(list(SCENARIOS) + list(HOST_SCENARIOS)),
+                    default=[s for s in SCENARIOS if s != "scaling"] + list(HOST_SCENARIOS),
+                    help="comma-separated; scaling runs per --scaling, the host-wide "
+                         "ones (host-*) per --host-cores")
     ap.add_argument("--impls", type=name_list(list(IMPLEMENTATIONS)), default=["c", "python"],
                     help="implementations: c (the C core), python (the pure-Python twin)")
     ap.add_argument("--concurrency", type=number_list(int, 1, "positive integers"), default=None,
@@ -96,6 +103,14 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--scaling", type=non_negative_int, default=None, metavar="K",
                     help="per-core scaling up to K concurrent executors "
                          "(default: the cluster's parallelism; 0: skip)")
+    ap.add_argument("--host-cores", type=non_negative_int, default=None, metavar="K",
+                    help="host-wide scenarios (host-handoff, host-load: every Python "
+                         "worker on one SharedSemaphore) for 1..K workers at once "
+                         "(default: the cluster's parallelism; 0: skip); rounds: "
+                         "--repeats, seconds per side per round: --budget")
+    ap.add_argument("--shm-dir", default=None, metavar="DIR",
+                    help="the host-wide segments' directory on the executors (default: "
+                         "their $PYLIMITER_SHM_DIR, else /dev/shm)")
     ap.add_argument("--seed", type=int, default=1, help="seed of the trial order")
     add_run_flags(ap, Path("reports/bench"), no_report=True)
     return ap
@@ -106,8 +121,8 @@ def expand_grid(args) -> list[dict]:
     rng = random.Random(args.seed)
     configs = []
     for scen in args.scenarios:
-        if scen == "scaling":
-            continue  # run by run_scaling, not as a grid trial
+        if scen == "scaling" or scen in HOST_SCENARIOS:
+            continue  # run by run_scaling / run_hostwide, not as grid trials
         spec = SCENARIOS[scen]
         conc = (args.concurrency or DEFAULT_CONCURRENCY.get(scen, [1])) \
             if spec.uses_concurrency else [1]
@@ -267,6 +282,19 @@ def _measure(session, args, trials, cores, progress) -> RunResult:
         with job_description(session.sparkContext, "bench: scaling to the driver"):
             res.tables["scaling"] = scaling_sum.toPandas()
             res.tables["scaling_trials"] = scaling_df.toPandas()
+    host = [s for s in args.scenarios if s in HOST_SCENARIOS]
+    kmax = cores if args.host_cores is None else args.host_cores
+    if host and kmax > 0:
+        hw = run_hostwide(session, host, args.impls, kmax, args.repeats, args.budget,
+                          args.shm_dir, progress)
+        write_table(hw.rows, out, "host_rows")
+        write_table(hw.rounds, out, "host_rounds")
+        write_table(hw.summary, out, "host_summary")
+        with job_description(session.sparkContext, "bench: host-wide results to the driver"):
+            res.tables["host_summary"] = hw.summary.toPandas()
+            res.tables["host_rounds"] = hw.rounds.toPandas()
+        res.params["host_layout"] = (hw.executors, hw.cores_per_executor)
+        hw.rounds.unpersist()
     return res
 
 
@@ -278,7 +306,8 @@ def main(argv=None, *, spark=None) -> int:
     args = build_parser().parse_args(argv)
     preflight(args.master, spark, ["pyspark", "pandas", "pyarrow", "matplotlib", "rich"])
     trials = expand_grid(args)
-    if not trials and args.scaling == 0:
+    host = [s for s in args.scenarios if s in HOST_SCENARIOS] if args.host_cores != 0 else []
+    if not trials and args.scaling == 0 and not host:
         raise UsageError("the grid is empty: nothing to run")
     out = args.out
     progress = not args.no_progress
@@ -286,6 +315,7 @@ def main(argv=None, *, spark=None) -> int:
     print(f"{PROG}: {plural(len(trials), 'trial')} ({plural(len(scen), 'scenario')} x "
           f"{plural(len(args.impls), 'implementation')} x {plural(args.repeats, 'repeat')}), "
           f"~{fmt_seconds(args.budget)} per side; "
+          + (f"host-wide: {', '.join(host)} per core count; " if host else "")
           + (f"starting Spark ({args.master})..." if spark is None else "on the given session"),
           flush=True)
     conf = run_conf(args)
@@ -303,7 +333,9 @@ def main(argv=None, *, spark=None) -> int:
         res.timings["elapsed_s"] = time.time() - t0
     summary = res.tables.get("summary")
     print_summary(summary, res.tables.get("scaling"))
-    bad = []
+    host_summary = res.tables.get("host_summary")
+    print_host_summary(host_summary, res.params.get("host_layout"))
+    bad = host_problems(host_summary)
     if summary is not None:
         if int(summary["leaked_permits"].sum()):
             bad.append(f"{plural(int(summary['leaked_permits'].sum()), 'permit')} leaked")
@@ -313,7 +345,7 @@ def main(argv=None, *, spark=None) -> int:
         index = write_report(out, res, spark_version=spark_version,
                              command=command_line(PROG, argv))
         print(f"report: {index.resolve()}")
-    print(f"data: {out.resolve()} (trials, results, summary, scaling as Parquet and CSV); "
+    print(f"data: {out.resolve()} (trials, results, summary, scaling, host_* as Parquet and CSV); "
           f"{fmt_seconds(res.timings['elapsed_s'])}")
     if bad:
         raise RuntimeError("; ".join(bad))

@@ -25,6 +25,8 @@ from ..spark.report import (
     save_figure,
 )
 
+from .hostwide_report import add_host_section, host_verdicts
+
 __all__ = ["print_summary", "summary_rows", "verdict", "write_report"]
 
 IMPL_COLORS = {"c": "#1f77b4", "python": "#ff7f0e", "anchor": "#555555"}
@@ -433,11 +435,14 @@ def write_report(out: Path, res: RunResult, *, spark_version: Optional[str],
                  command: str) -> Path:
     """Plots and ``out/index.html``; returns the page's path.  ``res``: the
     tables "summary" and "results" of the grid, "scaling" and
-    "scaling_trials" of the scaling runs, as pandas frames (absent where
-    nothing ran); params ``master`` and ``trials``; timings ``elapsed_s``."""
+    "scaling_trials" of the scaling runs, "host_summary" (and
+    "host_rounds") of the host-wide stages, as pandas frames (absent where
+    nothing ran); params ``master``, ``trials`` and ``host_layout``
+    ((executors, cores each)); timings ``elapsed_s``."""
     out = Path(out)
-    summary, results, scaling, scaling_trials = (
-        res.tables.get(name) for name in ("summary", "results", "scaling", "scaling_trials"))
+    summary, results, scaling, scaling_trials, host = (
+        res.tables.get(name) for name in ("summary", "results", "scaling", "scaling_trials",
+                                          "host_summary"))
     figs = []
     if summary is not None:
         if plot_speedup(summary, out / "speedup.png"):
@@ -459,8 +464,8 @@ def write_report(out: Path, res: RunResult, *, spark_version: Optional[str],
         subtitle=f"master={res.params['master']}  trials={res.params['trials']}  "
                  f"elapsed={res.timings['elapsed_s']:.0f} s",
         command=command, env=environment(spark_version))
-    page.verdicts(verdict(summary, scaling) or [Verdict("The grid ran", "no grid trials "
-                                                        "were run", None)])
+    page.verdicts((verdict(summary, scaling) + host_verdicts(host))
+                  or [Verdict("The grid ran", "no grid trials were run", None)])
     page.paragraph("Each trial runs pylimiter, its stdlib anchor and (tasks, timeouts) the "
                    "same work without a limiter in interleaved rounds in one executor "
                    "process, the order flipped every round, timed in thread CPU time (wall "
@@ -479,7 +484,10 @@ def write_report(out: Path, res: RunResult, *, spark_version: Optional[str],
             "impl": "impl", "executors": "executors at once", "trials": "trials",
             "median_ops_per_s_per_executor": "ops/s per executor (median)",
             "aggregate_ops_per_s": "ops/s in all", "leaked_permits": "leaked permits"})
+    add_host_section(page, host, res.params.get("host_layout"), out,
+                     log_axis=_readable_log_axis)
     written = ((["summary", "results", "trials"] if summary is not None else [])
-               + (["scaling", "scaling_trials"] if scaling is not None else []))
+               + (["scaling", "scaling_trials"] if scaling is not None else [])
+               + (["host_summary", "host_rounds", "host_rows"] if host is not None else []))
     page.files([f"{t}.{fmt}" for t in written for fmt in ("csv", "parquet")], "Raw rows")
     return page.write(out)

@@ -47,8 +47,12 @@ def test_table_worker_and_markdown(tmp_path, capsys):
     rows = json.loads(out.read_text())["rows"]
     assert [(r["figure"], r["loop"]) for r in rows] == [("await", "asyncio"), ("blocking", "-")]
     other = dict(rows[0], python="3.99", python_full="3.99.0", target=None, meets=None)
+    readme = table.ROOT / "README.md"
+    before = readme.read_bytes() if readme.exists() else None
     md = table.write_outputs(rows + [other], {"CPU": "cpu", "OS": "os", "pylimiter": "x",
                                               "date": "today"}, tmp_path).read_text()
+    # a run into another folder leaves the checkout's README as it was
+    assert (readme.read_bytes() if readme.exists() else None) == before
     head = [line for line in md.splitlines() if line.startswith("| figure")][0]
     assert head.index(f"({rows[0]['python_full']})") < head.index("(3.99.0)")
     await_row = [line for line in md.splitlines() if line.startswith("| `await acquire(1)`")][0]

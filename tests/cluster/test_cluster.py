@@ -23,10 +23,17 @@ def _cli(cluster, module, *args, timeout=420):
     return proc
 
 
+def _file(out: Path, name: str) -> Path:
+    """A table's single file (write_table writes ``name.csv``, not a folder
+    of part files, since issue 32)."""
+    path = out / name
+    assert path.is_file(), f"{path}: not a single file"
+    return path
+
+
 def _table(out: Path, name: str, drop=()) -> list[dict]:
     """A table's CSV rows without the ``drop`` columns (timings), sorted."""
-    (part,) = (out / f"{name}.csv").glob("part-*.csv")
-    with part.open() as f:
+    with _file(out, f"{name}.csv").open() as f:
         rows = [{k: v for k, v in r.items() if k not in drop} for r in csv.DictReader(f)]
     return sorted(rows, key=lambda r: sorted(r.items()))
 
@@ -34,8 +41,7 @@ def _table(out: Path, name: str, drop=()) -> list[dict]:
 def _parquet_rows(out: Path, name: str) -> int:
     import pyarrow.parquet as pq
 
-    (part,) = (out / f"{name}.parquet").glob("part-*.parquet")
-    return pq.read_table(part).num_rows
+    return pq.read_table(_file(out, f"{name}.parquet")).num_rows
 
 
 def _ok(proc):
@@ -48,7 +54,7 @@ def _same(local: Path, remote: Path, names, drop=()):
         assert mine, f"{name}: local run wrote no rows"
         assert theirs == mine, f"{name}: the cluster's rows differ from local[*]'s"
         assert _parquet_rows(remote, name) == len(theirs), name
-        assert not list((remote / f"{name}.csv").glob("_temporary*")), name
+        assert not list(remote.glob(f".{name}.*.tmp")), name     # written whole
 
 
 def test_cache_sim_on_the_cluster_equals_local(cluster, archive, spark, tmp_path):
@@ -95,8 +101,8 @@ def test_balance_on_the_cluster_equals_local(cluster, archive, spark, tmp_path):
     tables = ("steps", "brokers", "decisions", "bundle_loads", "bundles", "ownership",
               "summary")
     for name in tables:      # byte for byte
-        (a,) = (tmp_path / "local" / f"{name}.csv").glob("part-*.csv")
-        (b,) = (tmp_path / "cluster" / f"{name}.csv").glob("part-*.csv")
+        a, b = _file(tmp_path / "local", f"{name}.csv"), _file(tmp_path / "cluster",
+                                                            f"{name}.csv")
         assert a.read_bytes() == b.read_bytes(), name
     _same(tmp_path / "local", tmp_path / "cluster", [t for t in tables if t != "decisions"])
     assert (tmp_path / "cluster" / "index.html").stat().st_size > 0
@@ -127,6 +133,36 @@ def test_bench_on_the_cluster_runs_the_same_grid(cluster, archive, spark, tmp_pa
     workers = {r["worker"].split(":")[0] for r in _table(tmp_path / "cluster", "results")}
     assert workers and all(w for w in workers)
     assert _parquet_rows(tmp_path / "cluster", "summary") == 4
+
+
+@pytest.mark.c_extension
+def test_bench_host_wide_on_the_cluster(cluster, archive, tmp_path):
+    """The host-wide scenarios on the cluster's executor (one worker of 2
+    cores, one host): its Python workers, from the shipped environment,
+    share one SharedSemaphore per stage; the budget holds and the books
+    balance."""
+    out = tmp_path / "cluster"
+    proc = _cli(cluster, "pylimiter.bench", "--scenarios", "host-handoff,host-load",
+                "--impls", "c", "--repeats", "2", "--budget", "0.1", "--scaling", "0",
+                "--no-progress", *cluster.flags(), "--executor-env", str(archive),
+                "--out", str(out))
+    _ok(proc)
+    assert "host-wide: one SharedSemaphore per host (this session: 1 executor x 2 cores)" \
+        in proc.stdout
+    # The executors ran the unpacked archive's Python, not this checkout.
+    header = next(ln for ln in proc.stdout.splitlines() if ln.startswith("Spark "))
+    assert "/pylimiter_env/bin/python (Python 3." in header, header
+    rows = _table(out, "host_rows")
+    assert rows and all(r["failure"] == "" for r in rows)
+    assert {r["cores"] for r in rows} == {"1", "2"}
+    summary = _table(out, "host_summary")
+    for r in summary:
+        assert r["leaked"] == "0" and r["unbalanced"] == "0" and r["errors"] == "0"
+        if r["side"] == "shared":
+            assert int(r["peak"]) == int(r["limit"])
+    assert len({r["host"] for r in summary}) == 1
+    page = (out / "index.html").read_text()
+    assert "Host-wide: one SharedSemaphore per host" in page and "hostwide.png" in page
 
 
 @pytest.mark.parametrize("module,args", [

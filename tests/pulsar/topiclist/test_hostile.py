@@ -411,7 +411,7 @@ def test_a_watcher_coalesces_changes_its_client_has_not_taken():
     run_bounded(main())
 
 
-#: The fixed overhead README.md states: what the service holds under attack
+#: The fixed overhead docs/pulsar/topiclist.md states: what the service holds under attack
 #: besides its budgets (the interpreter's working set, the attacking
 #: connections' buffers and objects, one response being read from the
 #: broker by the proxy).
@@ -433,7 +433,7 @@ def test_all_four_memory_attacks_at_once_stay_under_the_budgets():
     5 MiB frame but one byte, 500,000 pipelined LOOKUPs never read, and
     5,000 watchers on one connection, all at once.  Before the fix RSS grew
     by hundreds of MiB; now it grows by less than the budgets (32 MiB) plus
-    the fixed overhead README.md states, and an honest client is served."""
+    the fixed overhead docs/pulsar/topiclist.md states, and an honest client is served."""
     svc = hostile.ServiceProcess("broker", "--topics", "1000", "--heap-mb", "8",
                                  "--direct-mb", "8", "--inbound-mb", "8", "--watchers-mb", "8")
     try:
