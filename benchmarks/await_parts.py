@@ -97,7 +97,8 @@ def main(argv=None) -> int:
     per_round = [a - r - t for a, r, t in zip(cost["await_release"], cost["request"],
                                               cost["try_release"])]
     med, q1, q3 = quartiles(per_round)
-    print(f"  {'the await':14} {med:6.0f}  [{q1:.0f}-{q3:.0f}]  (await_release - request - try_release)")
+    print(f"  {'the await':14} {med:6.0f}  [{q1:.0f}-{q3:.0f}]  "
+          "(await_release - request - try_release)")
     for mine, anchor in (("await_release", "asyncio_await"), ("async_with", "asyncio_with")):
         med, q1, q3 = quartiles([(a + base) / (m + base) for m, a in zip(cost[mine], cost[anchor])])
         print(f"  {mine} x faster than {anchor}: {med:.2f}x [{q1:.2f}-{q3:.2f}]")

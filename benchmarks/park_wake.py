@@ -65,7 +65,8 @@ def main(argv=None) -> int:
             lp.close()
     print(f"CPython {sys.version.split()[0]}, ns per task (median [IQR] over {args.rounds} rounds)")
     for lp in loops:
-        t = {(kind, permits): times[(lp, kind, permits)] for kind in KINDS for permits in (10, TASKS)}
+        t = {(kind, permits): times[(lp, kind, permits)]
+             for kind in KINDS for permits in (10, TASKS)}
         print(f"  {lp}: no limiter {Spread.of(t[('none', TASKS)]).median:.0f} ns per task")
         for kind in ("pylimiter", "asyncio"):
             unc = per_round({"a": t[(kind, TASKS)], "b": t[("none", TASKS)]}, lambda a, b: a - b)

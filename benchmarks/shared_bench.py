@@ -26,8 +26,9 @@ reading minus A's.  Sides: a SharedSemaphore waiter in a thread of B
 way; and, as the floor of any wake-up of an event loop from another process
 on this machine, one byte written by A into a FIFO that B's loop reads
 (``add_reader``), the task resuming on a Future the reader resolves (no
-semaphore at all: what a one-hop asyncio hand-off cannot beat).  Per round each side hands off 200 times; the figures are the medians
-over rounds of each round's p50 and p99, and their ratios to the anchor's.
+semaphore at all: what a one-hop asyncio hand-off cannot beat).  Per round
+each side hands off 200 times; the figures are the medians over rounds of
+each round's p50 and p99, and their ratios to the anchor's.
 
 Excluded everywhere: creating semaphores, loops and processes.  The C
 implementation only (``pylimiter._shared_c``).  Run::

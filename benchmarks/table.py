@@ -55,7 +55,8 @@ def find_python(version: str) -> Path | None:
     if f"{sys.version_info[0]}.{sys.version_info[1]}" == version:
         return Path(sys.executable)
     if version in SID_VERSIONS:
-        ok = (SID_ROOT / ".stage-base").exists() and (SID_ROOT / f"usr/bin/python{version}").exists()
+        ok = ((SID_ROOT / ".stage-base").exists()
+              and (SID_ROOT / f"usr/bin/python{version}").exists())
         return Path(f"/usr/bin/python{version}") if ok else None
     found = sorted(PYENV.glob(f"{version}.*/bin/python{version}"),
                    key=lambda p: [int(x) for x in p.parent.parent.name.split(".")
@@ -149,8 +150,8 @@ def write_outputs(rows: list[dict], env: dict, out: Path) -> Path:
     from .figures import FIGURES
 
     out.mkdir(parents=True, exist_ok=True)
-    fields = ["figure", "loop", "python", "python_full", "build", "kind", "rounds", "median", "q1", "q3",
-              "lo", "hi", "n", "target", "meets", "mine_ns_per_op", "anchor_ns_per_op",
+    fields = ["figure", "loop", "python", "python_full", "build", "kind", "rounds", "median",
+              "q1", "q3", "lo", "hi", "n", "target", "meets", "mine_ns_per_op", "anchor_ns_per_op",
               "base_ns_per_op"]
     (out / "figures.json").write_text(json.dumps({"env": env}, indent=1, sort_keys=True) + "\n")
     with (out / "figures.csv").open("w", newline="") as f:
@@ -321,7 +322,6 @@ def parent(args) -> int:
 
 def main(argv=None) -> int:
     from pylimiter.spark.cli import make_parser, positive_float, run
-
     from pylimiter.spark.cli import name_list as names
 
     from .figures import BY_KEY

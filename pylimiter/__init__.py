@@ -16,9 +16,9 @@ from ._errors import (
     PermitAcquireAlreadyClosedError,
     PermitAcquireCancelledError,
     PermitAcquireError,
-    PermitOverflowError,
     PermitAcquireQueueFullError,
     PermitAcquireTimeoutError,
+    PermitOverflowError,
 )
 from ._shared_common import SharedLimiterError
 

@@ -31,7 +31,8 @@ def run_script(code: str, *, timeout: float = 120, args: tuple[str, ...] = (),
 
 def crashed(out: subprocess.CompletedProcess) -> str:
     """A readable failure message for a child that died."""
-    return f"exit {out.returncode}\n--- stdout\n{out.stdout[-3000:]}\n--- stderr\n{out.stderr[-3000:]}"
+    return (f"exit {out.returncode}\n--- stdout\n{out.stdout[-3000:]}"
+            f"\n--- stderr\n{out.stderr[-3000:]}")
 
 
 def read_everything(obj) -> int:

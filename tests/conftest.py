@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from pylimiter._impls import C, PY, LimiterImplementation
+from pylimiter._impls import PY, C, LimiterImplementation
 from tests._helpers import run
 from tests._quick import QuickLoop
 

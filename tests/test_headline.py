@@ -14,7 +14,8 @@ HEADLINE = ROOT / "benchmarks" / "results" / "headline.md"
 README = ROOT / "README.md"
 
 pytestmark = pytest.mark.skipif(not (README.exists() and HEADLINE.exists()),
-                                reason="README.md and the benchmark results are not beside the tests")
+                                reason="README.md and the benchmark results are not "
+                                       "beside the tests")
 
 
 def _block(text: str) -> str:

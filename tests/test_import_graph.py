@@ -12,9 +12,10 @@ Up and down: the limiter core (``pylimiter``, ``pylimiter._*``,
 (``pylimiter.spark``: settings, progress, reports, timing) and the
 ``pylimiter.pulsar`` package above it; the command packages
 (``pylimiter.bench``, each ``pylimiter.pulsar.<x>``, and ``pylimiter``'s own
-``__main__``, the ``pylimiter`` command) on top, never importing each other.  Inside a command package the driver
-(``pipeline``, ``cli``) and its ``report`` are the top: only ``__main__``
-imports the driver, and only the driver imports the report.
+``__main__``, the ``pylimiter`` command) on top, never importing each other.
+Inside a command package the driver (``pipeline``, ``cli``) and its
+``report`` are the top: only ``__main__`` imports the driver, and only the
+driver imports the report.
 """
 
 from __future__ import annotations
@@ -22,7 +23,6 @@ from __future__ import annotations
 import ast
 import re
 from pathlib import Path
-
 
 import pytest
 

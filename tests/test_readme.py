@@ -74,6 +74,7 @@ def test_each_example_names_an_extra_that_installs_its_imports():
             elif isinstance(node, ast.ImportFrom) and node.level == 0:
                 imported.add(node.module.split(".")[0])
         third_party = {m for m in imported if m not in sys.stdlib_module_names} - {"pylimiter"}
-        assert third_party <= wanted, f"README.md line {line}: {third_party - wanted} not in {named}"
+        assert third_party <= wanted, \
+            f"README.md line {line}: {third_party - wanted} not in {named}"
         checked += 1
     assert checked >= 1

@@ -76,7 +76,8 @@ def test_switching_on_carries_what_is_held(make_sem, arun):
         assert sem.available_permits == -30            # negative: over the new limit
         assert sem.locked()
         assert sem.try_acquire(1) is None
-        with pytest.raises(ValueError, match=r"^Requested permits=21 is larger than max_permits=20$"):
+        with pytest.raises(ValueError,
+                           match=r"^Requested permits=21 is larger than max_permits=20$"):
             sem.acquire(21)
         w = asyncio.ensure_future(sem.acquire(5))
         await settle()

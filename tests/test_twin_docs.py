@@ -14,7 +14,7 @@ import pytest
 
 import pylimiter
 from pylimiter import _impls
-from pylimiter._impls import C, PY, TWINS
+from pylimiter._impls import PY, TWINS, C
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -105,7 +105,8 @@ EXTENSIONS = _extensions()
 LINUX_ONLY = ("pylimiter._shared_c",)
 WHEEL_MUST = ["pylimiter/__init__.py", "pylimiter/py.typed", "pylimiter/spark/session.py",
               "pylimiter/bench/pipeline.py", "pylimiter/pulsar/__init__.py",
-              "pylimiter/pulsar/topiclist/pulsar_topiclist_pb2.py", "pylimiter/pulsar/balance/__init__.py",
+              "pylimiter/pulsar/topiclist/pulsar_topiclist_pb2.py",
+              "pylimiter/pulsar/balance/__init__.py",
               "pylimiter/pulsar/cache/__init__.py", "pylimiter/pulsar/cursor/__init__.py",
               "pylimiter/prometheus.py"]
 

@@ -10,7 +10,8 @@ import math
 from pathlib import Path
 from typing import Any, Optional
 
-from ..spark.report import FULL_WIDTH_IN, Verdict, plural, pyplot as _plt, save_figure
+from ..spark.report import FULL_WIDTH_IN, Verdict, plural, save_figure
+from ..spark.report import pyplot as _plt
 
 __all__ = ["add_host_section", "host_problems", "host_verdicts", "plot_hostwide",
            "print_host_summary"]

@@ -34,12 +34,12 @@ from ..spark.cli import (
     positive_int,
     run,  # re-exported: __main__.py is `run(main, PROG)` and nothing else
 )
-from ..spark.progress import JobProgress, job_description
-from ..spark.report import RunResult, command_line, plural
-from ..spark.rows import failure_row, schema, typed_row
 from ..spark.executors import check_executors
 from ..spark.flags import add_run_flags, run_conf
 from ..spark.master import preflight
+from ..spark.progress import JobProgress, job_description
+from ..spark.report import RunResult, command_line, plural
+from ..spark.rows import failure_row, schema, typed_row
 from ..spark.session import spark_session
 from ..spark.tables import write_table
 from .hostwide import HOST_SCENARIOS
@@ -96,7 +96,8 @@ def build_parser() -> argparse.ArgumentParser:
                     help="implementations: c (the C core), python (the pure-Python twin)")
     ap.add_argument("--concurrency", type=number_list(int, 1, "positive integers"), default=None,
                     help="override every concurrency axis (N), e.g. 10,100")
-    ap.add_argument("--permits", type=number_list(int, 1, "positive integers"), default=DEFAULT_PERMITS, help="permits (K)")
+    ap.add_argument("--permits", type=number_list(int, 1, "positive integers"),
+                    default=DEFAULT_PERMITS, help="permits (K)")
     ap.add_argument("--repeats", type=positive_int, default=5, help="trials per configuration")
     ap.add_argument("--budget", type=positive_float, default=0.3,
                     help="seconds per side (pylimiter, anchor, baseline) per trial")

@@ -21,10 +21,11 @@ from ..spark.report import (
     Verdict,
     environment,
     plural,
-    pyplot as _plt,
     save_figure,
 )
-
+from ..spark.report import (
+    pyplot as _plt,
+)
 from .hostwide_report import add_host_section, host_verdicts
 
 __all__ = ["print_summary", "summary_rows", "verdict", "write_report"]

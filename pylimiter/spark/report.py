@@ -99,7 +99,8 @@ def _git_commit() -> Optional[str]:
         return None
     if out.returncode != 0:
         return None
-    dirty = subprocess.run(["git", "-C", str(here), "status", "--porcelain", "--untracked-files=no"],
+    dirty = subprocess.run(["git", "-C", str(here), "status", "--porcelain",
+                            "--untracked-files=no"],
                            capture_output=True, text=True, timeout=5).stdout.strip()
     return out.stdout.strip() + ("+dirty" if dirty else "")
 
@@ -308,9 +309,11 @@ body{{font-family:system-ui,-apple-system,Segoe UI,Helvetica,Arial,sans-serif;ma
 max-width:{PAGE_WIDTH_PX - 48}px;padding:0 24px;color:#222;line-height:1.45}}
 h1{{margin-bottom:4px}} h2{{margin-top:32px;border-bottom:1px solid #ddd;padding-bottom:4px}}
 .sub{{color:#555;margin-top:0}}
-.env{{font-size:13px;background:#f6f8fa;border:1px solid #e1e4e8;padding:8px 12px;border-radius:6px}}
+.env{{font-size:13px;background:#f6f8fa;border:1px solid #e1e4e8;padding:8px 12px;
+border-radius:6px}}
 .env td{{border:none;padding:1px 12px 1px 0;text-align:left;white-space:normal;
-overflow-wrap:anywhere}} .env td:first-child{{white-space:nowrap}} .env td:first-child{{color:#555;vertical-align:top}}
+overflow-wrap:anywhere}} .env td:first-child{{white-space:nowrap}}
+.env td:first-child{{color:#555;vertical-align:top}}
 table.verdict{{font-size:14px;margin:12px 0 8px;width:100%}}
 table.verdict td{{white-space:normal;vertical-align:top;padding:4px 8px}}
 table.verdict td:first-child{{width:32%;font-weight:600}} table.verdict th{{padding:4px 8px}}
@@ -331,7 +334,8 @@ pre{{background:#f6f8fa;padding:8px 12px;overflow-x:auto;white-space:pre-wrap}}
 table{{border-collapse:collapse;font-size:12px;margin:8px 0}}
 td,th{{border:1px solid #ccc;padding:2px 4px;text-align:right;white-space:nowrap;
 font-variant-numeric:tabular-nums}}
-th{{background:#eee;white-space:normal;vertical-align:bottom;min-width:2.5em}} td.l,th.l{{text-align:left}}
+th{{background:#eee;white-space:normal;vertical-align:bottom;min-width:2.5em}}
+td.l,th.l{{text-align:left}}
 figure{{margin:12px 0}} img{{max-width:100%;height:auto;border:1px solid #eee}}
 figcaption{{color:#555;font-size:13px}}
 """

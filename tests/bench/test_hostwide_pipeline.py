@@ -73,8 +73,8 @@ def test_host_wide_only_is_not_an_empty_grid():
     """--scenarios host-load alone is work to do; with --host-cores 0 too,
     nothing is left and the command says so before starting Spark."""
     pytest.importorskip("pyspark")
-    from pylimiter.spark.cli import UsageError
     from pylimiter.bench import pipeline
+    from pylimiter.spark.cli import UsageError
 
     with pytest.raises(UsageError, match="the grid is empty"):
         pipeline.main(["--scenarios", "host-load", "--host-cores", "0", "--scaling", "0"])

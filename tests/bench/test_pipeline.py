@@ -13,10 +13,8 @@ import time
 
 import pytest
 
-from tests._helpers import needs_pyspark
+from tests._helpers import needs_pyspark, run_module
 from tests.spark.pages import files_beside
-
-from tests._helpers import run_module
 
 
 def test_cli_version_help_and_unwritable_out(tmp_path, capsys):

@@ -13,7 +13,6 @@ from pylimiter.asgi import MemoryLimitMiddleware
 from tests._helpers import run
 
 from . import need
-
 from .asgi_kit import Client, EchoApp, http_scope, settle
 
 MiB = 1 << 20

@@ -20,8 +20,8 @@ from pylimiter import (
     PermitAcquireCancelledError,
     PermitAcquireQueueFullError,
     PermitAcquireTimeoutError,
+    _shared_common,
 )
-from pylimiter import _shared_common
 from tests._helpers import run, settle
 
 
@@ -136,7 +136,7 @@ def test_kind_mismatch_is_refused(shm, shm_dir, name):
 
 @pytest.mark.c_extension
 def test_the_other_implementations_segment_is_refused(impl, shm, shm_dir, name):
-    from pylimiter._impls import C, PY
+    from pylimiter._impls import PY, C
     other = (PY if impl is C else C).module_of("shared")
     a = shm.SharedSemaphore(name, 10)
     try:

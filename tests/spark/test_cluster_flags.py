@@ -15,14 +15,13 @@ import time
 
 import pytest
 
-from tests._helpers import needs_pyspark
-
 from pylimiter.spark import UsageError
 from pylimiter.spark.errors import jvm_start_cause, root_cause
 from pylimiter.spark.flags import ENV_NAME, add_run_flags, run_conf
 from pylimiter.spark.master import is_local, validate_master
 from pylimiter.spark.session import session_settings
 from pylimiter.spark.tables import write_table
+from tests._helpers import needs_pyspark
 
 CLIS = {
     "pylimiter.bench": [],

@@ -10,14 +10,12 @@ import socket
 
 import pytest
 
-from tests._helpers import needs_pyspark
-
-from pylimiter.spark import report
-from pylimiter.spark.progress import JobProgress, StepProgress
-from pylimiter.spark import UsageError
+from pylimiter.spark import UsageError, report
 from pylimiter.spark.master import check_master, preflight
+from pylimiter.spark.progress import JobProgress, StepProgress
 from pylimiter.spark.session import spark_session
 from pylimiter.spark.tables import write_table
+from tests._helpers import needs_pyspark
 
 
 @needs_pyspark
@@ -141,7 +139,8 @@ def test_report_page_has_environment_verdict_figures_and_tables(tmp_path):
     assert "max-width:1352px" in text                     # fits a 1400 px window
     assert "(not written: x.parquet)" in text       # listed, but not there
     (tmp_path / "r" / "x.parquet").write_bytes(b"PAR1")
-    assert "<a href='x.parquet'><code>x.parquet</code></a>" in page.write(tmp_path / "r").read_text()
+    html = page.write(tmp_path / "r").read_text()
+    assert "<a href='x.parquet'><code>x.parquet</code></a>" in html
 
 
 def test_command_line_quotes_arguments():

@@ -14,8 +14,8 @@ from pylimiter import (
     LimitType,
     SemaphorePermit,
     SemaphoreStats,
+    _limiter_c,
 )
-from pylimiter import _limiter_c
 
 
 async def semaphore() -> int:

@@ -4,8 +4,13 @@ Not run; checked only."""
 
 from __future__ import annotations
 
-from pylimiter import AsyncDualMemoryLimiter, AsyncSemaphore, DualMemoryPermit, LimitType
-from pylimiter import _limiter_c
+from pylimiter import (
+    AsyncDualMemoryLimiter,
+    AsyncSemaphore,
+    DualMemoryPermit,
+    LimitType,
+    _limiter_c,
+)
 
 sem = AsyncSemaphore(10)
 lim = AsyncDualMemoryLimiter(100, 100)

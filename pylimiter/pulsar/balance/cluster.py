@@ -43,7 +43,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Optional
 
-from ...spark.settings import ConfigError, Settings as _Settings, setting
+from ...spark.settings import ConfigError, setting
+from ...spark.settings import Settings as _Settings
 from .bundles import Bundle, NamespaceBundles
 from .load import BrokerLoad, BundleLoad, LoadWeights, ResourceUsage
 from .placement import LeastLongTermMessageRate, UniformRandom

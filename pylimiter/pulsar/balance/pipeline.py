@@ -29,14 +29,14 @@ from ...spark.cli import (
     run,  # re-exported: __main__.py is `run(main, PROG)` and nothing else
     subparsers,
 )
-from ...spark.progress import JobProgress
-from ...spark.settings import add_setting_flags, setting_overrides
-from ...spark.report import RunResult, command_line, plural
-from ...spark.rows import schema
 from ...spark.executors import check_executors
 from ...spark.flags import add_run_flags, run_conf
 from ...spark.master import preflight
+from ...spark.progress import JobProgress
+from ...spark.report import RunResult, command_line, plural
+from ...spark.rows import schema
 from ...spark.session import spark_session, sql_conf
+from ...spark.settings import add_setting_flags, setting_overrides
 from ...spark.tables import write_table
 from .cluster import STRATEGIES, BrokerCapacity, Settings
 from .generate import GeneratorSpec
@@ -265,7 +265,8 @@ def main(argv: Optional[Sequence[str]] = None, *, spark=None) -> int:
 def _print_summary(res: RunResult) -> None:
     tm = res.timings
     rows = tm.get("topic_rows", 0)
-    print(f"{plural(int(rows), 'topic row')}, {plural(len(res.tables['bundles']), 'bundle')} at the end "
+    print(f"{plural(int(rows), 'topic row')}, "
+          f"{plural(len(res.tables['bundles']), 'bundle')} at the end "
           f"after {plural(int(tm.get('splits', 0)), 'split')}; "
           f"Spark {fmt_seconds(tm.get('spark_s', 0))} "
           f"({fmt_rate(rows / tm['spark_s'], 'topic rows') if tm.get('spark_s') else 'n/a'}), "

@@ -1,2 +1,3 @@
 from .pipeline import PROG, main, run
+
 raise SystemExit(run(main, PROG))

@@ -26,12 +26,12 @@ from ...spark.cli import (
     run,  # re-exported: __main__.py is `run(main, PROG)` and nothing else
     subparsers,
 )
-from ...spark.progress import JobProgress
-from ...spark.report import RunResult, command_line, plural
-from ...spark.rows import field_names, schema, typed_row
 from ...spark.executors import check_executors
 from ...spark.flags import add_run_flags, run_conf
 from ...spark.master import preflight
+from ...spark.progress import JobProgress
+from ...spark.report import RunResult, command_line, plural
+from ...spark.rows import field_names, schema, typed_row
 from ...spark.session import spark_session
 from ...spark.settings import add_setting_flags, setting_overrides
 from ...spark.tables import write_table

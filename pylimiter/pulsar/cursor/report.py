@@ -160,8 +160,10 @@ def write_report(out: Path, res: RunResult, *, spark_version: Optional[str],
         ax.legend(loc="lower left", bbox_to_anchor=(0, 1.0), ncols=2, frameon=False)
         ax.grid(axis="y", alpha=0.3)
         save_figure(fig, out / "delayed_lost.png")
-        page.figure("delayed_lost.png", "Bars: share of the delayed messages; labels: how many. Ticks: the point, its TTL "
-                    "and retention (minutes), the share of acks lost, entries per ledger. "
+        page.figure("delayed_lost.png",
+                    "Bars: share of the delayed messages; labels: how many. "
+                    "Ticks: the point, its TTL and retention (minutes), the share of acks "
+                    "lost, entries per ledger. "
                     "Delays are uniform up to 2 x TTL, so under Pulsar's rule about half of them "
                     "expire first; under ours none can (compensator off).",
                     title="Delayed messages expired before their delivery time")

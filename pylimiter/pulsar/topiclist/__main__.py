@@ -1,2 +1,3 @@
 from .cli import PROG, main, run
+
 raise SystemExit(run(main, PROG))

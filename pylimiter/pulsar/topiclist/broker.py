@@ -16,10 +16,10 @@ from pylimiter import (
 )
 
 from . import protocol
+from .admin import BadRequest, read_json
 from .limits import LimitFailed
 from .patterns import InvalidPattern, PatternTooLong, TopicsPattern
 from .protocol import CommandType, Mode, ServerError
-from .admin import BadRequest, read_json
 from .server import INITIAL_ESTIMATE, ConnectionBase, ServiceBase, log
 
 Listener = Callable[[str, list, list], None]

@@ -42,8 +42,8 @@ NEEDS = ("google.protobuf", "re2", "google_crc32c", "aiohttp", "prometheus_clien
 
 
 def _limit_args(ap):
-    from .limits import TopicListConfig
     from ...spark.settings import add_setting_flags
+    from .limits import TopicListConfig
 
     group = ap.add_argument_group("settings (override the config file)")
     group.add_argument("--config", type=Path,

@@ -67,8 +67,15 @@ from pylimiter import (
 
 from ...spark.settings import check_value
 from . import protocol
-from .admin import AdminGate, AdminGuards, BadRequest, describe, make_middleware, make_site, \
-    read_json
+from .admin import (
+    AdminGate,
+    AdminGuards,
+    BadRequest,
+    describe,
+    make_middleware,
+    make_site,
+    read_json,
+)
 from .fair import FairShare, Owner
 from .limits import (
     DIRECT,

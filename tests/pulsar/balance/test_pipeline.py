@@ -13,12 +13,12 @@ import threading
 
 import pytest
 
-from pylimiter.spark.cli import run
-from pylimiter.spark.settings import flag_of
 from pylimiter.pulsar.balance.cluster import Settings
 from pylimiter.pulsar.balance.generate import GeneratorSpec
 from pylimiter.pulsar.balance.pipeline import PROG, build_parser, main
 from pylimiter.pulsar.balance.source import GeneratedSource
+from pylimiter.spark.cli import run
+from pylimiter.spark.settings import flag_of
 from tests._helpers import run_module
 from tests.spark.pages import files_beside
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import pytest
 
 
-
 @pytest.fixture
 def cm(impl):
     """The cache module (_cache_c or _cache_py) matching `impl` (the

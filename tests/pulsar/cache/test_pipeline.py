@@ -7,14 +7,12 @@ import csv
 
 import pytest
 
-from tests._helpers import needs_pyspark
-
 from pylimiter.pulsar.cache.policies import POLICIES
 from pylimiter.pulsar.cache.replay import replay
 from pylimiter.pulsar.cache.workloads import (
     Trace,
 )
-from tests._helpers import run_module
+from tests._helpers import needs_pyspark, run_module
 from tests.spark.pages import files_beside
 
 from .kit import release_only
@@ -81,10 +79,10 @@ def test_cli_version_and_help():
 
 
 def test_flags_keys_and_defaults_come_from_the_declaration():
-    from pylimiter.spark.settings import flag_of
     from pylimiter.pulsar.cache import SETTINGS
     from pylimiter.pulsar.cache._common import CacheSettings
     from pylimiter.pulsar.cache.pipeline import build_parser, settings_from
+    from pylimiter.spark.settings import flag_of
 
     sub = build_parser()._subparsers._group_actions[0].choices["simulate"]
     helps = {opt: a.help for a in sub._actions for opt in a.option_strings}

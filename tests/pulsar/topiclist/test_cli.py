@@ -24,10 +24,10 @@ from pylimiter.pulsar.topiclist.cli import NEEDS  # noqa: E402  (the extra's mod
 for _module in NEEDS:
     pytest.importorskip(_module)
 
-from pylimiter.spark.cli import run  # noqa: E402
 from pylimiter.pulsar.topiclist import protocol  # noqa: E402
 from pylimiter.pulsar.topiclist.cli import PROG, describe_load, main  # noqa: E402
 from pylimiter.pulsar.topiclist.protocol import CommandType  # noqa: E402
+from pylimiter.spark.cli import run  # noqa: E402
 
 from .kit import (  # noqa: E402
     get_topics_cmd,

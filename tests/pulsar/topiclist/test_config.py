@@ -18,7 +18,6 @@ from pylimiter.pulsar.topiclist.cli import NEEDS  # noqa: E402  (the extra's mod
 for _module in NEEDS:
     pytest.importorskip(_module)
 
-from pylimiter.spark.cli import run  # noqa: E402
 from pylimiter.pulsar.topiclist import protocol  # noqa: E402
 from pylimiter.pulsar.topiclist.broker import Broker  # noqa: E402
 from pylimiter.pulsar.topiclist.cli import PROG, main  # noqa: E402
@@ -27,6 +26,7 @@ from pylimiter.pulsar.topiclist.limits import (  # noqa: E402
     ConfigError,
     TopicListConfig,
 )
+from pylimiter.spark.cli import run  # noqa: E402
 
 from .kit import (  # noqa: E402
     ahttp,

@@ -20,7 +20,6 @@ from pathlib import Path
 
 import pytest
 
-
 from pylimiter.pulsar.topiclist.cli import NEEDS  # noqa: E402  (the extra's modules)
 
 for _module in NEEDS:
@@ -39,7 +38,6 @@ from pylimiter.pulsar.topiclist.proxy import Proxy  # noqa: E402
 from pylimiter.pulsar.topiclist.server import READ_AHEAD  # noqa: E402
 
 from .kit import (  # noqa: E402
-    run_bounded,
     HEAP,
     NS,
     TOPICS,
@@ -51,6 +49,7 @@ from .kit import (  # noqa: E402
     pool,
     raw_connect,
     read_frame,
+    run_bounded,
     running,
     store_with,
     subscribed,
@@ -588,7 +587,8 @@ def test_stop_right_after_a_burst_of_connects_drops_no_transport():
 
     caught = []
     hook = sys.unraisablehook
-    sys.unraisablehook = lambda u: caught.append(f"{u.exc_type.__name__}: {u.exc_value} in {u.object!r}")
+    sys.unraisablehook = lambda u: caught.append(
+        f"{u.exc_type.__name__}: {u.exc_value} in {u.object!r}")
     try:
         run_bounded(main())
         gc.collect()

@@ -14,7 +14,6 @@ import re
 
 import pytest
 
-
 from pylimiter.pulsar.topiclist.cli import NEEDS  # noqa: E402  (the extra's modules)
 
 for _module in NEEDS:
@@ -33,7 +32,6 @@ from pylimiter.pulsar.topiclist.protocol import Mode, ServerError  # noqa: E402
 from pylimiter.pulsar.topiclist.proxy import Proxy  # noqa: E402
 
 from .kit import (  # noqa: E402
-    run_bounded,
     DIRECT,
     HEAP,
     NS,
@@ -41,6 +39,7 @@ from .kit import (  # noqa: E402
     assert_all_back,
     outcomes_add_up,
     pool,
+    run_bounded,
     running,
     store_with,
     tiny,

@@ -6,9 +6,7 @@ implementation and again, under PYLIMITER_NO_EXTENSIONS=1, the pure-Python one."
 
 from __future__ import annotations
 
-
 import pytest
-
 
 from pylimiter.pulsar.topiclist.cli import NEEDS  # noqa: E402  (the extra's modules)
 
@@ -18,11 +16,11 @@ for _module in NEEDS:
 from pylimiter.pulsar.topiclist.broker import Broker, generated_topics  # noqa: E402
 
 from .kit import (  # noqa: E402
-    run_bounded,
     HEAP,
     NS,
     assert_all_back,
     pool,
+    run_bounded,
     running,
     store_with,
     tiny,

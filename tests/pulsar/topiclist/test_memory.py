@@ -19,7 +19,6 @@ from pathlib import Path
 
 import pytest
 
-
 from pylimiter.pulsar.topiclist.cli import NEEDS  # noqa: E402  (the extra's modules)
 
 for _module in NEEDS:
@@ -30,12 +29,12 @@ from pylimiter.pulsar.topiclist.broker import Broker, generated_topics  # noqa: 
 from pylimiter.pulsar.topiclist.limits import MB  # noqa: E402
 
 from .kit import (  # noqa: E402
-    run_bounded,
     HEAP,
     NS,
     assert_all_back,
     pool,
     raw_connect,
+    run_bounded,
     running,
     store_with,
     tiny,

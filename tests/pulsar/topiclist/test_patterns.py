@@ -12,7 +12,6 @@ import time
 
 import pytest
 
-
 from pylimiter.pulsar.topiclist.cli import NEEDS  # noqa: E402  (the extra's modules)
 
 for _module in NEEDS:
@@ -30,10 +29,10 @@ from pylimiter.pulsar.topiclist.patterns import (  # noqa: E402
 from pylimiter.pulsar.topiclist.protocol import CommandType, ServerError  # noqa: E402
 
 from .kit import (  # noqa: E402
-    run_bounded,
     NS,
     TOPICS,
     assert_all_back,
+    run_bounded,
     running,
     store_with,
     until,

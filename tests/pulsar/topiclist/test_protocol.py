@@ -12,7 +12,6 @@ import struct
 
 import pytest
 
-
 from pylimiter.pulsar.topiclist.cli import NEEDS  # noqa: E402  (the extra's modules)
 
 for _module in NEEDS:
@@ -25,13 +24,13 @@ from pylimiter.pulsar.topiclist.protocol import CommandType  # noqa: E402
 from pylimiter.pulsar.topiclist.proxy import Proxy  # noqa: E402
 
 from .kit import (  # noqa: E402
-    run_bounded,
     NS,
     TOPICS,
     ahttp,
     assert_all_back,
     get_topics_cmd,
     raw_connect,
+    run_bounded,
     running,
     store_with,
 )

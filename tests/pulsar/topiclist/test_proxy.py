@@ -12,7 +12,6 @@ import socket
 
 import pytest
 
-
 from pylimiter.pulsar.topiclist.cli import NEEDS  # noqa: E402  (the extra's modules)
 
 for _module in NEEDS:
@@ -25,11 +24,11 @@ from pylimiter.pulsar.topiclist.protocol import CommandType  # noqa: E402
 from pylimiter.pulsar.topiclist.proxy import Proxy  # noqa: E402
 
 from .kit import (  # noqa: E402
-    run_bounded,
     NS,
     TOPICS,
     ahttp,
     assert_all_back,
+    run_bounded,
     running,
     store_with,
     tiny,
@@ -89,7 +88,7 @@ def test_slow_readers_keep_the_proxys_heap_pool_bounded():
     from pylimiter.pulsar.topiclist.broker import generated_topics
     from pylimiter.pulsar.topiclist.limits import MB
 
-    from .kit import HEAP, DIRECT, pool, read_frame, until
+    from .kit import DIRECT, HEAP, pool, read_frame, until
 
     async def main():
         cfg = TopicListConfig(heap_mb=8, direct_mb=8, heap_timeout_ms=60_000,

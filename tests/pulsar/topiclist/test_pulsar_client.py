@@ -6,7 +6,6 @@ implementation and again, under PYLIMITER_NO_EXTENSIONS=1, the pure-Python one."
 
 from __future__ import annotations
 
-
 import pytest
 
 from pylimiter.pulsar.topiclist.cli import NEEDS  # noqa: E402  (the extra's modules)
@@ -29,6 +28,7 @@ from .kit import (  # noqa: E402
     subscribed,
     wait_for,
 )
+
 
 @pytest.fixture
 def pulsar_services():

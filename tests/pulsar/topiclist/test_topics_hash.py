@@ -11,7 +11,6 @@ import struct
 
 import pytest
 
-
 from pylimiter.pulsar.topiclist.cli import NEEDS  # noqa: E402  (the extra's modules)
 
 for _module in NEEDS:
@@ -25,9 +24,9 @@ from pylimiter.pulsar.topiclist.broker import Broker  # noqa: E402
 from pylimiter.pulsar.topiclist.limits import TopicListConfig  # noqa: E402
 
 from .kit import (  # noqa: E402
-    run_bounded,
     NS,
     TOPICS,
+    run_bounded,
     running,
     store_with,
 )

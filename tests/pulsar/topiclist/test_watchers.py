@@ -12,7 +12,6 @@ import random
 
 import pytest
 
-
 from pylimiter.pulsar.topiclist.cli import NEEDS  # noqa: E402  (the extra's modules)
 
 for _module in NEEDS:
@@ -24,7 +23,6 @@ from pylimiter.pulsar.topiclist.limits import TopicListConfig  # noqa: E402
 from pylimiter.pulsar.topiclist.protocol import Mode, ServerError  # noqa: E402
 
 from .kit import (  # noqa: E402
-    run_bounded,
     DIRECT,
     HEAP,
     NS,
@@ -32,6 +30,7 @@ from .kit import (  # noqa: E402
     assert_all_back,
     outcomes_add_up,
     pool,
+    run_bounded,
     running,
     store_with,
     tiny,
