@@ -1,4 +1,4 @@
-"""Speed of ``python -m pylimiter.pulsar.balance simulate`` (issue 10).
+"""Speed of ``python -m pylimiter.pulsar.balance simulate``.
 
 Measured, in one process on one Spark session (local[*] by default):
 

@@ -1,4 +1,4 @@
-"""The broker entry cache's speed and memory targets (issue 11, section 3),
+"""The broker entry cache's speed and memory targets,
 each measured against its anchor in ONE process, rounds interleaved (ABAB,
 order flipped every round), medians over rounds, thread CPU time.
 

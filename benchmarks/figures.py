@@ -1,4 +1,4 @@
-"""The figures of issue 14's table, each a ratio measured in one process.
+"""The figures of the performance table, each a ratio measured in one process.
 
 Every figure pits pylimiter against its asyncio anchor (and, for the
 contended ones, a no-limiter baseline) with interleaved rounds, the order

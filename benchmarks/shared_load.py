@@ -1,4 +1,4 @@
-"""Host-wide load (issue 33): 8 processes x 100 asyncio tasks through 16
+"""Host-wide load: 8 processes x 100 asyncio tasks through 16
 permits for 10 s, on a SharedSemaphore (C, and the pure-Python twin) and,
 where ``redis-server`` is installed, on the sorted-set semaphore on Redis
 that users build by hand with redis-py; the same load, the sides
