@@ -40,7 +40,7 @@ the anchor's.
 Excluded everywhere: creating semaphores, loops and processes.  The C
 implementation only (``pylimiter._shared_c``).  Run::
 
-    python -m benchmarks.shared_bench            # all figures, ~2 min
+    python -m benchmarks.shared_bench            # all figures, ~10 s
     python -m benchmarks.shared_bench --rounds 5 --handoffs 100
 
 Output: a table on stdout, ``benchmarks/results/shared_bench.md`` and
