@@ -8,7 +8,10 @@ Single-thread figures, timed in thread CPU time, set-up excluded:
   SharedSemaphore against ``multiprocessing.Semaphore``'s ``acquire()`` +
   ``release()`` (its POSIX ``sem_t`` fast path), and against the in-process
   ``AsyncSemaphore``'s ``acquire_blocking(1)`` + ``release`` (the ratio the
-  issue bounds at 1.5x).
+  issue bounds at 1.5x).  A fourth side, ``blocking-locked``, is the same
+  SharedSemaphore with its lock-free paths switched off
+  (``_set_lock_free(False)``: every call takes the host's lock, as before
+  they existed), so the table shows what the lock-free paths buy.
 - ``weight8``: ``acquire_blocking(8)`` + ``release`` against the 8
   ``acquire()`` + 8 ``release()`` a user writes with
   ``multiprocessing.Semaphore`` today.
@@ -21,19 +24,23 @@ is parked (B said it is about to wait, then A waits 0.3 ms more, and for the
 SharedSemaphore until the host's queue shows it); A reads the clock and
 releases; B reads the clock when its request returns.  The latency is B's
 reading minus A's.  Sides: a SharedSemaphore waiter in a thread of B
-(``acquire_blocking``), in an asyncio task of B (``await acquire``), and
-``multiprocessing.Semaphore``'s hand-off to a thread of B measured the same
-way; and, as the floor of any wake-up of an event loop from another process
-on this machine, one byte written by A into a FIFO that B's loop reads
-(``add_reader``), the task resuming on a Future the reader resolves (no
-semaphore at all: what a one-hop asyncio hand-off cannot beat).  Per round
-each side hands off 200 times; the figures are the medians over rounds of
-each round's p50 and p99, and their ratios to the anchor's.
+(``acquire_blocking``), in an asyncio task of B (``await acquire``; A's
+release writes one datagram to the socket B's loop watches), the same task
+with B's wake socket switched off (``_set_direct_wake(False)``: A wakes B's
+waker thread, which writes the loop's eventfd, the two-hop path before the
+socket existed), and ``multiprocessing.Semaphore``'s hand-off to a thread
+of B measured the same way; and, as the floor of any wake-up of an event
+loop from another process on this machine, one byte written by A into a
+FIFO that B's loop reads (``add_reader``), the task resuming on a Future
+the reader resolves (no semaphore at all: what a one-hop asyncio hand-off
+cannot beat).  Per round each side hands off 200 times; the figures are
+the medians over rounds of each round's p50 and p99, and their ratios to
+the anchor's.
 
 Excluded everywhere: creating semaphores, loops and processes.  The C
 implementation only (``pylimiter._shared_c``).  Run::
 
-    python -m benchmarks.shared_bench            # all figures, ~2 min
+    python -m benchmarks.shared_bench            # all figures, ~10 s
     python -m benchmarks.shared_bench --rounds 5 --handoffs 100
 
 Output: a table on stdout, ``benchmarks/results/shared_bench.md`` and
@@ -69,6 +76,19 @@ def _shared_module():
 
 
 # ---- single-thread sides ---------------------------------------------------------
+
+
+def _blocking_locked(sem, n, weight):
+    """The same calls with the lock-free paths off (each takes the lock)."""
+    inner = _blocking_mine(sem, n, weight)
+
+    def run():
+        sem._set_lock_free(False)
+        try:
+            return inner()
+        finally:
+            sem._set_lock_free(True)
+    return run
 
 
 def _blocking_mine(sem, n, weight):
@@ -120,13 +140,18 @@ def single_thread_figures(rounds: int, directory: str) -> list[dict]:
     try:
         samples = interleaved({"mine": _blocking_mine(shared, OPS, 1),
                                "anchor": _blocking_mp(mp_sem, OPS, 1),
-                               "inproc": _blocking_mine(inproc, OPS, 1)},
+                               "inproc": _blocking_mine(inproc, OPS, 1),
+                               "locked": _blocking_locked(shared, OPS, 1)},
                               rounds, warmup=2, before=gc.collect)
         out.append(_row("blocking", "`acquire_blocking(1)`+`release`, x faster than "
                         "multiprocessing.Semaphore", samples, "faster", OPS, goal=1.0))
         out.append(_row("blocking-inproc", "the same, / in-process AsyncSemaphore's time",
                         {"mine": samples["mine"], "anchor": samples["inproc"]}, "slower", OPS,
                         goal=1.5))
+        out.append(_row("blocking-locked", "the same with the lock-free paths off (every "
+                        "call takes the host's lock), x faster than multiprocessing.Semaphore",
+                        {"mine": samples["locked"], "anchor": samples["anchor"]}, "faster",
+                        OPS))
         samples = interleaved({"mine": _blocking_mine(shared, OPS // 4, 8),
                                "anchor": _blocking_mp(mp_sem, OPS // 4, 8)},
                               rounds, warmup=2, before=gc.collect)
@@ -191,7 +216,9 @@ def _b_side(kind, name, directory, page, conn, mp_sem):
         fifo_fd = os.open(os.path.join(directory, name), os.O_RDWR | os.O_NONBLOCK)
     else:
         sem = _shared_module().SharedSemaphore(name, 1, directory=directory)
-    loop = asyncio.new_event_loop() if kind.endswith("task") else None
+        if kind == "shared-task-waker":
+            sem._set_direct_wake(False)
+    loop = asyncio.new_event_loop() if "task" in kind else None
     fut_box = [None]
     if fifo_fd >= 0:
         def on_byte():
@@ -328,9 +355,11 @@ def _pct(values, q):
     return s[min(len(s) - 1, int(round(q * (len(s) - 1))))]
 
 
+HANDOFF_SIDES = ("shared-thread", "shared-task", "shared-task-waker", "mp-thread", "fifo-task")
+
+
 def handoff_figures(rounds: int, k: int, directory: str) -> list[dict]:
-    sides = {kind: _Handoff(kind, directory)
-             for kind in ("shared-thread", "shared-task", "mp-thread", "fifo-task")}
+    sides = {kind: _Handoff(kind, directory) for kind in HANDOFF_SIDES}
     pooled: dict[str, list[int]] = {kind: [] for kind in sides}
     try:
         def side(kind):
@@ -346,7 +375,7 @@ def handoff_figures(rounds: int, k: int, directory: str) -> list[dict]:
     out = []
     for q, label in ((0.5, "p50"), (0.99, "p99")):
         per = {kind: [_pct(r, q) for r in samples[kind]] for kind in sides}
-        for kind in ("shared-thread", "shared-task"):
+        for kind in ("shared-thread", "shared-task", "shared-task-waker"):
             values = [m / a for m, a in zip(per[kind], per["mp-thread"])]
             spread = Spread.of(values)
             mine_us = statistics.median(per[kind]) / 1000
@@ -356,13 +385,16 @@ def handoff_figures(rounds: int, k: int, directory: str) -> list[dict]:
             if kind == "shared-thread":
                 goal = 1.0 if label == "p50" else 2.0
                 meets = spread.median <= goal
-            elif label == "p50":
+            elif label == "p50" and kind == "shared-task":
                 meets = mine_us <= 40.0
             floor_us = statistics.median([_pct(r, q) for r in samples["fifo-task"]]) / 1000
+            what = "a thread" if kind.endswith("thread") else "a task"
+            if kind.endswith("waker"):
+                what = "a task through B's waker thread (wake socket off)"
             out.append({
-                "figure": f"handoff-{kind.split('-')[1]}-{label}",
-                "title": f"hand-off to a {'thread' if kind.endswith('thread') else 'task'}"
-                         f", {label}, / multiprocessing.Semaphore's {label} (to a thread)",
+                "figure": f"handoff-{kind.split('-', 1)[1]}-{label}",
+                "title": f"hand-off to {what}, {label}, / multiprocessing.Semaphore's "
+                         f"{label} (to a thread)",
                 "kind": "slower", **spread.as_dict(), "goal": goal, "meets": meets,
                 "mine_us": mine_us, "anchor_us": anchor_us,
                 "floor_us": floor_us,
@@ -379,6 +411,8 @@ def _fmt(r):
     goal = r.get("goal")
     if r["figure"] == "handoff-task-p50":
         goal_txt = "<= 40 us"
+    elif r["figure"] == "handoff-task-waker-p50":
+        goal_txt = "-"
     elif goal is None:
         goal_txt = "-"
     else:
@@ -418,14 +452,17 @@ def main(argv=None) -> int:
     ap.add_argument("--handoff-rounds", type=int, default=7)
     ap.add_argument("--out", type=Path, default=RESULTS)
     ap.add_argument("--skip-handoff", action="store_true")
+    ap.add_argument("--only-handoff", action="store_true")
     args = ap.parse_args(argv)
+    load0 = os.getloadavg()[0]
     with tempfile.TemporaryDirectory(prefix="pylimiter-bench-", dir="/dev/shm") as d:
-        rows = single_thread_figures(args.rounds, d)
+        rows = [] if args.only_handoff else single_thread_figures(args.rounds, d)
         if not args.skip_handoff:
             rows += handoff_figures(args.handoff_rounds, args.handoffs, d)
+    load1 = os.getloadavg()[0]
     meta = (f"CPython {sys.version.split()[0]}, {os.cpu_count()} CPUs, "
             f"{args.rounds} rounds; hand-off {args.handoff_rounds} rounds x "
-            f"{args.handoffs}")
+            f"{args.handoffs}; load average {load0:.1f} at the start, {load1:.1f} at the end")
     print(write(rows, args.out, meta))
     return 0
 

@@ -8,12 +8,15 @@
  * and re-initialised by pylimiter/_shared_common.py):
  *
  *   header   the host's lock word, the arrival counter, the free-record
- *            list, the sweep time
+ *            list, the sweep time, the time of a repair still due
  *   pools    per pool (1, or 2 for the dual limiter): the live limit, the
- *            available count, the FIFO queue (head, tail, length), counters,
- *            the wait histogram and the high-water mark of acquired permits
+ *            counter word (available count and flags), the FIFO queue
+ *            (head, tail, length), counters, the wait histogram and the
+ *            high-water mark of acquired permits
  *   slots    one per attached process (max_processes): LIVE/FREE, pid,
- *            generation, the permits it holds per pool, its waker futex
+ *            generation, the permits it holds per pool (two ledgers, below),
+ *            its waker futex; on a line of its own, its in-flight mark and
+ *            what its lock-free paths write
  *   records  one per request that had to queue: owner slot and generation,
  *            ticket, pool, need/total/granted, arrival number, the queue
  *            links; its state word is also the futex its thread sleeps on
@@ -22,40 +25,103 @@
  * which slots are LIVE (a slot is live exactly while its process holds an
  * OFD lock on byte LOCK_BASE + slot: the kernel drops it when the process
  * dies, whatever kills it, so liveness needs no pid and has no pid-reuse
- * race), each live slot's held[] (what that process holds), each record's
- * state (with granted written before a state becomes GRANTED), and each
- * pool's max.  Everything else is DERIVED: avail = max - sum(held of live
- * slots) - sum(granted of GRANTED records), the queue links and lengths
- * (the QUEUED records in arrival order), the free list (the FREE records).
- * repair_locked() recomputes every derived field from the facts, so any
- * state the facts describe consistently can be repaired, whatever the
- * derived fields say.
+ * race), what each live slot holds per pool, held[] + fheld[] (held[] is
+ * written by its critical sections, fheld[] by its lock-free paths, each
+ * only by that process: two ledgers, so that a thread collecting a grant
+ * under the lock without the GIL never races the lock-free path of
+ * another thread of the process, and only their sum means anything), each
+ * record's state (with granted written before a state becomes GRANTED),
+ * and each pool's max.  Everything else is DERIVED: the counter word
+ * (avail = max - sum(held + fheld of live slots) - sum(granted of GRANTED
+ * records), and QUEUED), the queue links and lengths (the QUEUED records
+ * in arrival order), the free list (the FREE records).  repair_locked()
+ * recomputes every derived field from the facts, so any state the facts
+ * describe consistently can be repaired, whatever the derived fields say
+ * (the word only once no live process is inside a lock-free path: below).
  *
  * Invariants (between critical sections):
- *   S1  avail == (max > 0 ? max : 0) - held(live) - granted(GRANTED).
+ *   S1  outside every live process's lock-free path: avail == (max > 0 ?
+ *       max : 0) - (held + fheld)(live) - granted(GRANTED).
+ *   S1' whatever died where: avail never counts as free a permit that a
+ *       live process holds or a GRANTED record carries (below: a death
+ *       can only leave the word too low, never too high).
  *   S2  a pool's queue holds exactly its QUEUED records, oldest first by
- *       arrival number; qlen is their count.
+ *       arrival number; qlen is their count; the word's QUEUED flag is set
+ *       exactly when the queue is not empty.
  *   S3  no barging: a request is granted at once only if its pool's queue
  *       is empty (or it asks for 0); else it queues at the tail.
  *   S4  the head is granted as soon as it fits, by whoever changed avail,
  *       max or the queue (release, cancel, timeout, set_max, close, repair).
- *   S5  held[] of a slot is written only by the process that owns the slot
- *       (and zeroed by a repair once that process is dead).
+ *   S5  held[] and fheld[] of a slot are written only by the process that
+ *       owns the slot (and zeroed by a repair once that process is dead).
  *
- * The lock.  Every change happens under the host's lock: a futex word in
- * the header holding (slot + 1) | (generation & 0x7fff) << 16 and a
- * WAITERS bit.  Uncontended, it costs one CAS to take and one exchange to
- * drop (plim_shm_fast.h), and no system call.  A lock-free fast path (one
- * CAS on a counter word, as plim_sem.c has) was weighed and left out for
- * now: it would save the exchange, about 7 ns of an acquire or a release
- * (measured on the 2-core test VM: CAS + exchange 12.8 ns, CAS alone
- * 5.2 ns), but a SIGKILL between that CAS and the held[] store must then
- * be repairable while other processes keep CASing, which needs an
- * in-flight mark per slot, a RECOVERING flag in the word, a repair that
- * waits out every live in-flight mark (and fails, bounded, on a stopped
- * process), per-slot counters for the statistics and a model of all of it.
- * The uncontended figures (benchmarks/README.md, "Host-wide limiter") say
- * what the lock costs against multiprocessing.Semaphore.
+ * The counter word.  A pool's available count lives in one 64-bit word
+ * with three flags below it, as plim_sem.c's word:
+ *
+ *     bit 0        QUEUED      the queue is not empty (S2)
+ *     bit 1        RECOVERING  a repair or set_max is rewriting the word
+ *     bit 2        UNBOUNDED   max <= 0 (a CAS validates the mode with avail)
+ *     bits 3..63   avail + 2^60
+ *
+ * avail stays in [-(2^60 - 1), 2^60 - 1] (every writer saturates there),
+ * and any 64 bits decode into [-2^60, 2^60), so hostile bytes cannot make
+ * the arithmetic overflow.  Every write of the word is an RMW (CAS,
+ * fetch_or/fetch_and, exchange), never a plain store: the release
+ * sequences below rely on it.
+ *
+ * The lock-free paths (plim_shm_fast.h).  Uncontended, an acquire is one
+ * CAS on the word (avail -= n, only if neither QUEUED nor RECOVERING is set
+ * and n fits), then fheld += n; a release is one CAS (avail += n, same
+ * conditions), then fheld -= n.  Each is bracketed by the slot's in-flight
+ * mark (set before the CAS, cleared after the fheld store).  Anything else
+ * takes the lock.  So while QUEUED is set only lock holders change avail,
+ * and the queue is served by whoever does (S4), as plim_sem.c's I2.  The
+ * enqueue under the lock sets QUEUED with a CAS that re-checks the fit: if
+ * a lock-free release gave the permits back after the take under the lock
+ * failed, the enqueue takes them instead.  So no wake-up is lost: a
+ * lock-free release either comes before that CAS in the word's order (the
+ * CAS sees its permits) or after (it sees QUEUED and goes to the lock).
+ * A lock-free grant is counted in its slot (fcount, kept across the slot's
+ * owners; stats() adds the slots up), not in the pool's counters, which
+ * only lock holders write; the high-water mark is raised by a bounded CAS
+ * loop (both paths).  Measured against taking the lock for the same work
+ * (benchmarks/README.md, "Host-wide limiter"), this saves the lock's
+ * exchange on every uncontended acquire and release.
+ *
+ * A death between the CAS and the fheld store.  The dying process's facts
+ * are discarded with it (S5), so for the dead the order does not matter:
+ * the repair rebuilds the word from the facts of the living.  What must
+ * never happen is a rebuild that reads the facts of a LIVE process whose
+ * CAS is done and whose fheld store is not: its permits would be counted
+ * free (an acquire) and handed out twice, or counted held twice (a
+ * release) and lost.  So a repair QUIESCES first: (a) it sets RECOVERING
+ * on every pool's word (fetch_or); from then on no lock-free CAS succeeds,
+ * its expected value lacking the flag; (b) it waits until the mark of
+ * every live slot is clear; (c) it rebuilds the word and publishes it with
+ * an exchange that clears RECOVERING.  After (b) every CAS that succeeded
+ * before (a) has had its fheld store, and none succeeds until (c).  The
+ * wait is bounded (QUIESCE_NS): a process stopped inside its path
+ * (SIGSTOP, a debugger) or a hostile mark must not hang the repair.  That
+ * round then rebuilds everything but the word's avail, clears RECOVERING
+ * and sets repair_at: a sweep tries again (at most every REPAIR_RETRY_NS).
+ * Serving from the old avail meanwhile is safe by S1': every critical
+ * section lowers the word BEFORE the facts that use the permits (take:
+ * the word, then held; a grant: the word, then granted and the commit;
+ * set_max lowering the limit: the word, then max) and raises it only AFTER
+ * the facts that free them (give-back: held, then the word; a cancelled
+ * grant, a detach: the record or held, then the word), and a lock-free
+ * path moves only its own process's permits, which die with it.  So a
+ * death leaves the word too low, never too high: the permits of the dead
+ * stay unused until a round succeeds, and none is handed out twice.
+ * set_max quiesces the same way (bounded by lock_timeout_ns, STUCK after),
+ * because it rewrites the word's avail and mode, and the limit the
+ * lock-free acquire reads for the high-water mark.
+ *
+ * The lock.  Every other change happens under the host's lock: a futex
+ * word in the header holding (slot + 1) | (generation & 0x7fff) << 16 and
+ * a WAITERS bit.  Uncontended, it costs one CAS to take and one exchange
+ * to drop, and no system call; the uncontended acquire and release do not
+ * take it at all (above).
  *
  * Who repairs what after which death.  Each critical section writes its
  * facts so that every prefix of it is consistent, given that the dying
@@ -64,9 +130,13 @@
  *     gone.  The next sweep (any process that waits in a queue, reads the
  *     host's numbers, opens, or whose waker thread runs: at most every
  *     250 ms, host-wide) finds the LIVE slot without a lock, takes the lock
- *     and repairs: the slot becomes FREE (generation bumped), its held[] is
- *     dropped, its records are freed (QUEUED ones leave the queue, GRANTED
- *     ones give their permits back), and S1/S2 are rebuilt.
+ *     and repairs: the slot becomes FREE (generation bumped), its held[]
+ *     and fheld[] are dropped, its records are freed (QUEUED ones leave the
+ *     queue, GRANTED ones give their permits back), and S1/S2 are rebuilt
+ *     (S1 once the repair has quiesced the lock-free paths, above).
+ *   - a process dies inside a lock-free path: its mark stays set, but it
+ *     is dead, so a quiescing repair does not wait for it; its facts go
+ *     as above, and the word is rebuilt without them.
  *   - a process dies inside a critical section, holding the lock: a waiter
  *     of the lock sleeps at most 2 ms at a time, then checks the owner's OFD
  *     lock; dead (or a slot number out of range, or our own slot with
@@ -82,6 +152,10 @@
  *     twice: collect frees the record (a fact) before it adds the grant to
  *     held[]; take and give-back change held[] only on their own slot.
  *     (The spin model found the other order of collect's two stores.)
+ *     And it changes the word in the order of S1' (above), so a repair
+ *     that cannot quiesce may serve from the word it left.
+ *   - a repairer dies: RECOVERING stays set, so the lock-free paths keep
+ *     going to the lock, whose next taker takes it over and repairs.
  *   - a process dies between dropping the lock and waking the waiters it
  *     decided: a repair wakes every decided record and every process.
  *   - a process closes (detaches): its queued records fail CLOSED, its
@@ -89,26 +163,71 @@
  *     one critical section; then it drops its slot's OFD lock.
  * Who wakes whom: a decision's thread waiter sleeps on its record's state
  * (FUTEX_WAIT, shared: the mapping is a file), woken with FUTEX_WAKE on that
- * address after the lock is dropped; an asyncio waiter's process has one
- * waker thread sleeping on its slot's wake futex, which the decider bumps
- * after setting a bit for the waiter's event loop in loopmask; the waker
- * writes that loop's eventfd (no GIL, no polling).  Decisions for this very
- * process skip the waker and write the eventfd directly.  A wake-up that
- * reaches a record or slot reused meanwhile is spurious and harmless:
- * every waiter rechecks its record (ticket, owner) in a loop.
+ * address after the lock is dropped.  An asyncio waiter's event loop
+ * watches a datagram socket of its own (plim_shm_loop_direct), bound to an
+ * abstract name made of the segment file's device and inode (from each
+ * process's own fstat, never from the file's bytes), the slot, its
+ * generation and the loop's bit; its slot's `direct` mask says which loops
+ * have one.  The decider sends one byte to it after dropping the lock: one
+ * hop, from the releasing process straight into the waiting loop.  Loops
+ * without a socket (the name was taken, bit 63 shared by many loops, a
+ * send that failed) go through the process's waker thread instead: it
+ * sleeps on its slot's wake futex, which the decider bumps after setting
+ * the loop's bit in loopmask, and writes that loop's eventfd (no GIL, no
+ * polling).  Decisions for this very process write the eventfd directly.
+ * A wake-up that reaches a record, slot or loop reused meanwhile is
+ * spurious and harmless: every waiter rechecks its record (ticket, owner)
+ * in a loop.  What another process can do with the sockets: abstract
+ * names have no permissions, so any process in the network namespace can
+ * send to a loop's socket (a spurious wake-up: the loop drains it and
+ * rechecks its records) or bind a name first (that loop then uses the
+ * waker); it receives nothing of ours, and no descriptor of ours ever
+ * leaves this process.  Hostile bytes in `direct` or loopmask only choose
+ * which of the two paths wakes a loop, or wake it for nothing.
  *
- * Memory orders.  Every shared field is an _Atomic accessed with relaxed
- * loads and stores under the lock; the lock's CAS (acquire) and its
- * exchange on unlock (release) order them between holders, and so carry
- * what one holder of permits wrote to the next (a release's unlock happens
- * before the grantee's lock when it collects).  Counters are updated with
- * a relaxed load and store, not an RMW: only the lock holder writes them.
+ * Memory orders.  Every shared field is an _Atomic.  Under the lock,
+ * fields are accessed with relaxed loads and stores; the lock's CAS
+ * (acquire) and its exchange on unlock (release) order them between
+ * holders, and so carry what one holder of permits wrote to the next (a
+ * release's unlock happens before the grantee's lock when it collects).
+ * Counters are updated with a relaxed load and store, not an RMW: only the
+ * lock holder writes them (the lock-free grants count in their own slot).
  * Lock-free readers (the properties, a waiter peeking at its record) read
  * relaxed snapshots and act only after taking the lock (collect), or only
- * report (a property).  FUTEX_WAIT/WAKE are full barriers.  The model
- * tests/model/plim_shm.pml checks the protocol, process death after any
- * step included, under sequential consistency; with the lock ordering
- * every access, that is the memory model the protocol sees.
+ * report (a property).  FUTEX_WAIT/WAKE are full barriers.  The word and
+ * the marks, which lock-free paths touch without the lock, need more; the
+ * sites, each with why it suffices:
+ *   F1  a lock-free path stores its mark (relaxed) before its CAS
+ *       (acq_rel); a repair's fetch_or(RECOVERING) is acq_rel.  If the CAS
+ *       comes first in the word's modification order, the fetch_or reads
+ *       its value or a later one, all written by RMWs, so it reads from
+ *       the CAS's release sequence and synchronizes with it: the repair's
+ *       load of the mark then sees 1, or the store that cleared it.  If the
+ *       fetch_or comes first, the CAS fails (the flag), or comes after the
+ *       rebuild's exchange and is then consistent with the rebuilt word
+ *       (the facts it changes after its CAS were not read yet).  This is
+ *       not a Dekker pair of a store and a load on two locations: both
+ *       sides make an RMW on the word, and RMWs on one location are totally
+ *       ordered, so release/acquire suffices and the lock-free path needs
+ *       no seq_cst store or fence (on x86, its CAS is its only locked
+ *       instruction).
+ *   F2  the mark is cleared with a release store (also when the path
+ *       refuses) and a repair loads it with acquire: a repair that reads 0
+ *       sees every fheld store made before it.
+ *   F3  the lock-free acquire reads max after its CAS, for the high-water
+ *       mark.  Its CAS (acquire) reads from the release sequence of the
+ *       last set_max's final RMW on the word, so it sees that max or a
+ *       later one; a later set_max quiesces first, i.e. waits until our
+ *       mark is cleared (release, after our read): our read happens before
+ *       its store.  The read is exact, so the mark never over-reports.
+ *   F4  permits: a lock-free take is an acquire and a give a release, as
+ *       in plim_sem.c; the RMWs of the locked paths on the word are acq_rel
+ *       too (a lock-free taker may take what a locked give-back returned,
+ *       and the reverse).
+ * The model tests/model/plim_shm.pml checks the protocol, process death
+ * after any step included (between a lock-free CAS and its fheld store
+ * too, and a live process in flight during a repair), under sequential
+ * consistency; F1-F4 are why the protocol sees no weaker model.
  *
  * Hostile bytes.  Any process of the same uid can write anything into the
  * file at any time (that uid can also ptrace us, so truncating the file
@@ -126,6 +245,9 @@
  *     overflow), and permit counts are range-checked;
  *   - every wait is bounded: a lock held by a live process longer than
  *     lock_timeout_ns fails with PLIM_SHM_STUCK; the futex waits time out;
+ *     a repair waits for in-flight marks at most QUIESCE_NS (a hostile
+ *     mark makes its rounds fail: the word stays as it was), set_max at
+ *     most lock_timeout_ns (STUCK);
  *   - nothing is asserted about the file's content (PLIM_ASSERT only checks
  *     this process's own state).
  * So hostile bytes can refuse service (wrong counts, refusals, errors), but
@@ -152,7 +274,13 @@
 #include <string.h>
 #include <sys/eventfd.h>
 #include <sys/mman.h>
+#include <sched.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
+#include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -176,8 +304,14 @@ _Static_assert(sizeof(plim_shm_pool_t) == 256, "pool size");
 _Static_assert(offsetof(plim_shm_pool_t, qlen) == 24, "P_QLEN");
 _Static_assert(offsetof(plim_shm_pool_t, hwm) == 72, "P_HWM");
 _Static_assert(offsetof(plim_shm_pool_t, buckets) == 80, "P_BUCKETS");
-_Static_assert(sizeof(plim_shm_slot_t) == 64, "slot size");
+_Static_assert(offsetof(plim_shm_header_t, repair_at) == 104, "H_REPAIR_AT");
+_Static_assert(offsetof(plim_shm_pool_t, word) == 8, "P_AVAIL (the word)");
+_Static_assert(sizeof(plim_shm_slot_t) == 128, "slot size");
 _Static_assert(offsetof(plim_shm_slot_t, held) == 24, "S_HELD");
+_Static_assert(offsetof(plim_shm_slot_t, direct) == 40, "S_DIRECT");
+_Static_assert(offsetof(plim_shm_slot_t, inflight) == 64, "S_INFLIGHT");
+_Static_assert(offsetof(plim_shm_slot_t, fheld) == 72, "S_FHELD");
+_Static_assert(offsetof(plim_shm_slot_t, fcount) == 88, "S_FCOUNT");
 _Static_assert(sizeof(plim_shm_rec_t) == 96, "record size");
 _Static_assert(offsetof(plim_shm_rec_t, need) == 32, "R_NEED");
 _Static_assert(offsetof(plim_shm_rec_t, seq) == 56, "R_SEQ");
@@ -189,6 +323,8 @@ _Static_assert(sizeof(_Atomic uint64_t) == 8 && sizeof(_Atomic uint32_t) == 4, "
 
 #define MU_WAITERS PLIM_SHM_MU_WAITERS
 #define SWEEP_NS 250000000LL   /* a sweep at most this often, host-wide */
+#define QUIESCE_NS 20000000LL  /* a repair waits this long for in-flight marks */
+#define REPAIR_RETRY_NS 100000000LL   /* then tries again this much later */
 #define SPIN_NS 2000000LL      /* a lock waiter checks the holder this often */
 #define MAX_REPAIRS 3
 
@@ -292,6 +428,115 @@ static int slot_alive(plim_shm_t *h, uint32_t s)
 #define mu_id plim_shm_mu_id
 
 /* ======================================================================== */
+/*  the counter word (the notes' "The counter word")                        */
+/* ======================================================================== */
+
+#define W_QUEUED PLIM_SHM_W_QUEUED
+#define W_RECOVERING PLIM_SHM_W_RECOVERING
+#define W_UNBOUNDED PLIM_SHM_W_UNBOUNDED
+#define CAS_TRIES 4096   /* a CAS loop on the word gives up after this many */
+
+static int64_t clamp_avail(int64_t v)
+{
+    return v < -MAXP ? -MAXP : v > MAXP ? MAXP : v;
+}
+
+/* The current avail (acquire: F4, as a taker would read it). */
+static int64_t avail_now(plim_shm_pool_t *P)
+{
+    return plim_shm_word_avail(atomic_load_explicit(&P->word, memory_order_acquire));
+}
+
+/* word_add: avail += delta, one RMW that keeps the flags (lock-free paths
+ * of other processes may CAS the word meanwhile).  acq_rel: F4.  The
+ * callers keep avail in range (a give-back never exceeds what is held, a
+ * take never what fits); with hostile bytes it wraps within the word,
+ * never into the flags' arithmetic (unsigned, no UB). */
+static void word_add(plim_shm_pool_t *P, int64_t delta)
+{
+    atomic_fetch_add_explicit(&P->word, (uint64_t)delta << PLIM_SHM_W_SHIFT,
+                              memory_order_acq_rel);
+}
+
+static void word_flag(plim_shm_pool_t *P, uint64_t flag, int on)
+{
+    /* acq_rel: an RMW in the word's release sequences (F1). */
+    if (on)
+        atomic_fetch_or_explicit(&P->word, flag, memory_order_acq_rel);
+    else
+        atomic_fetch_and_explicit(&P->word, ~flag, memory_order_acq_rel);
+}
+
+/* fits: n more permits are grantable against word w (S3 aside). */
+static int fits(uint64_t w, int64_t n)
+{
+    int64_t avail = plim_shm_word_avail(w);
+    return w & W_UNBOUNDED ? sat_sub(n, avail) <= MAXP : avail >= n;
+}
+
+/* word_take: avail -= n if n fits, checked against the value the CAS
+ * replaces.  0: it does not fit (or a writer never lets a CAS land). */
+static int word_take(plim_shm_pool_t *P, int64_t n)
+{
+    uint64_t w = atomic_load_explicit(&P->word, memory_order_acquire);
+    for (int i = 0; i < CAS_TRIES; i++) {
+        if (!fits(w, n))
+            return 0;
+        /* acq_rel: F4 (takes permits a lock-free release gave back). */
+        if (atomic_compare_exchange_weak_explicit(&P->word, &w,
+                                                  w - ((uint64_t)n << PLIM_SHM_W_SHIFT),
+                                                  memory_order_acq_rel, memory_order_acquire))
+            return 1;
+    }
+    return 0;
+}
+
+/* quiesce (the notes' (a) and (b)): RECOVERING on the words of the pools
+ * in `pools` (a bit each), then wait until no live process is inside a
+ * lock-free path, at most bound_ns.  1: quiet (no lock-free CAS on those
+ * words succeeds until the flag is cleared); 0: a live slot kept its mark
+ * (stopped, or hostile bytes).  RECOVERING stays set either way: the
+ * caller clears it. */
+static int quiesce(plim_shm_t *h, int64_t bound_ns, unsigned pools)
+{
+    for (uint32_t p = 0; p < h->npools; p++)
+        if (pools >> p & 1u)
+            word_flag(pool_at(h, p), W_RECOVERING, 1);   /* F1 */
+    int64_t start = 0;
+    for (uint32_t s = 0; s < h->maxp; s++) {
+        plim_shm_slot_t *S = slot_at(h, s);
+        unsigned spins = 0;
+        /* acquire: F2, the fheld stores before the clearing are visible. */
+        while (atomic_load_explicit(&S->inflight, memory_order_acquire) != 0) {
+            /* A dead process's mark stays set: its facts are dropped. */
+            if ((spins & 255u) == 0 && !slot_alive(h, s))
+                break;
+            if (spins == 0 && start == 0)
+                start = plim_shm_now_ns();
+            spins++;
+            if (spins < 64) {
+#if defined(__x86_64__) || defined(__i386__)
+                __builtin_ia32_pause();
+#elif defined(__aarch64__)
+                __asm__ __volatile__("yield");
+#endif
+                continue;
+            }
+            /* Preempted inside its path (a few instructions): let it run. */
+            if (spins < 256) {
+                sched_yield();
+            } else {
+                struct timespec ts = {0, 50000};
+                nanosleep(&ts, NULL);
+            }
+            if (plim_shm_now_ns() - start > bound_ns)
+                return 0;
+        }
+    }
+    return 1;
+}
+
+/* ======================================================================== */
 /*  wake-ups                                                                */
 /* ======================================================================== */
 
@@ -317,6 +562,26 @@ static void note_decided(plim_shm_t *h, uint32_t r)
     }
     if (owner >= h->maxp)
         return;
+    /* A loop with a socket of its own: written directly after the unlock
+     * (bit 63 stands for many loops: those go through the waker). */
+    plim_shm_slot_t *O = slot_at(h, owner);
+    uint32_t gen = LD(R->owner_gen);
+    if (bit < 63 && (LD(O->direct) >> bit & 1u) && gen == LD(O->gen)) {
+        for (int i = 0; i < w->ndirect; i++)
+            if (w->direct[i].slot == owner && w->direct[i].bit == bit)
+                return;
+        if (w->ndirect < PLIM_SHM_WAKES) {
+            if (h->dsock < 0)   /* under the host's lock: one creator at a time */
+                h->dsock = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+            if (h->dsock >= 0) {
+                w->direct[w->ndirect].slot = owner;
+                w->direct[w->ndirect].gen = gen;
+                w->direct[w->ndirect].bit = bit;
+                w->ndirect++;
+                return;
+            }
+        }
+    }
     /* relaxed: published to the waker by the unlock and the futex. */
     atomic_fetch_or_explicit(&slot_at(h, owner)->loopmask, (uint64_t)1 << bit,
                              memory_order_relaxed);
@@ -347,6 +612,44 @@ static void deliver_loops(plim_shm_t *h, uint64_t mask)
     pthread_mutex_unlock(&h->wmu);
 }
 
+/* direct_name: the abstract socket name of loop `bit` of the process in
+ * slot `slot` at generation `gen`, in the name space of this segment's
+ * file (our fstat's device and inode, never bytes of the file). */
+static socklen_t direct_name(plim_shm_t *h, uint32_t slot, uint32_t gen, uint32_t bit,
+                             struct sockaddr_un *a)
+{
+    memset(a, 0, sizeof *a);
+    a->sun_family = AF_UNIX;
+    int n = snprintf(a->sun_path + 1, sizeof a->sun_path - 1, "pylimiter/%llx/%llx/%u/%u/%u",
+                     (unsigned long long)h->dev, (unsigned long long)h->ino, slot, gen, bit);
+    if (n < 0)
+        n = 0;
+    if ((size_t)n > sizeof a->sun_path - 2)
+        n = (int)(sizeof a->sun_path - 2);
+    return (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + (size_t)n);
+}
+
+static void wake_slot(plim_shm_t *h, uint32_t s);
+
+/* send_direct: one datagram to another process's loop.  A full queue
+ * (EAGAIN) means that loop has not drained yet: it will recheck anyway.
+ * Anything else (the socket gone meanwhile, another network namespace):
+ * the waker path. */
+static void send_direct(plim_shm_t *h, const plim_shm_direct_t *d)
+{
+    struct sockaddr_un a;
+    socklen_t len = direct_name(h, d->slot, d->gen, d->bit, &a);
+    char b = 0;
+    if (sendto(h->dsock, &b, 1, MSG_DONTWAIT | MSG_NOSIGNAL, (struct sockaddr *)(void *)&a,
+               len) == 1 || errno == EAGAIN || errno == EWOULDBLOCK)
+        return;
+    if (d->slot < h->maxp) {
+        atomic_fetch_or_explicit(&slot_at(h, d->slot)->loopmask, (uint64_t)1 << d->bit,
+                                 memory_order_relaxed);
+        wake_slot(h, d->slot);
+    }
+}
+
 static void wake_slot(plim_shm_t *h, uint32_t s)
 {
     plim_shm_slot_t *S = slot_at(h, s);
@@ -361,6 +664,8 @@ static void deliver(plim_shm_t *h, const plim_shm_wake_t *w)
         futex_wake(&rec_at(h, w->rec[i])->state, INT_MAX);
     for (int i = 0; i < w->nslot; i++)
         wake_slot(h, w->slot[i]);
+    for (int i = 0; i < w->ndirect; i++)
+        send_direct(h, &w->direct[i]);
     if (w->all) {
         /* Too many, or after a repair: everyone rechecks. */
         uint32_t bump = LD(hdr(h)->bump);
@@ -403,8 +708,10 @@ static int qent_cmp(const void *a, const void *b)
 }
 
 /* repair_locked rebuilds every derived field from the facts (the notes'
- * "Facts and derived fields").  Slot `exclude` is treated as dead (a
- * registering process takes over a dead process's slot).  Bounded: one
+ * "Facts and derived fields"); the words only if it could quiesce the
+ * lock-free paths (else they keep their avail, and repair_at asks for
+ * another round).  Slot `exclude` is treated as dead (a registering
+ * process takes over a dead process's slot).  Bounded: the quiesce, one
  * pass over the slots (an fcntl each), two over the used records, a sort. */
 static void repair_locked(plim_shm_t *h, int32_t exclude)
 {
@@ -413,25 +720,28 @@ static void repair_locked(plim_shm_t *h, int32_t exclude)
     int64_t held[PLIM_SHM_MAX_POOLS] = {0, 0}, granted[PLIM_SHM_MAX_POOLS] = {0, 0};
     memset(alive, 0, sizeof alive);
     h->repairs++;
+    /* (a) and (b) before any fact is read; (c) below. */
+    int quiet = quiesce(h, QUIESCE_NS, ~0u);
     for (uint32_t s = 0; s < h->maxp; s++) {
         plim_shm_slot_t *S = slot_at(h, s);
         if ((int32_t)s != exclude && slot_alive(h, s)) {
             alive[s >> 3] |= (uint8_t)(1u << (s & 7));
             if (LD(S->state) != PLIM_SHM_SLOT_LIVE)
                 ST(S->state, PLIM_SHM_SLOT_LIVE);
-            for (uint32_t p = 0; p < h->npools; p++) {
-                int64_t v = LD(S->held[p]);
-                if (!in_permits(v)) {
-                    v = clamp_permits(v);
-                    ST(S->held[p], v);
-                }
-                held[p] = sat_add(held[p], v);
-            }
-        } else if (LD(S->state) != PLIM_SHM_SLOT_FREE || LD(S->held[0]) || LD(S->held[1])) {
+            /* Its two ledgers are its own (S5): read, never rewritten. */
+            for (uint32_t p = 0; p < h->npools; p++)
+                held[p] = sat_add(held[p],
+                                  clamp_permits(sat_add(LD(S->held[p]), LD(S->fheld[p]))));
+        } else if (LD(S->state) != PLIM_SHM_SLOT_FREE || LD(S->held[0]) || LD(S->held[1]) ||
+                   LD(S->fheld[0]) || LD(S->fheld[1]) || LD(S->inflight)) {
             /* A dead process: what it held goes back with it. */
             ST(S->gen, LD(S->gen) + 1u);
             ST(S->held[0], 0);
             ST(S->held[1], 0);
+            ST(S->fheld[0], 0);
+            ST(S->fheld[1], 0);
+            ST(S->inflight, 0u);
+            ST(S->direct, 0u);
             ST(S->state, PLIM_SHM_SLOT_FREE);
         }
     }
@@ -515,11 +825,23 @@ static void repair_locked(plim_shm_t *h, int32_t exclude)
             m = MAXP;
             ST(P->max, m);
         }
-        int64_t acquired = sat_add(held[p], granted[p]);
-        if (acquired > 2 * MAXP)
-            acquired = 2 * MAXP;
-        ST(P->avail, (m > 0 ? m : 0) - acquired);
+        uint64_t flags = (n ? W_QUEUED : 0u) | (m > 0 ? 0u : W_UNBOUNDED);
+        int64_t avail;
+        if (quiet) {
+            int64_t acquired = sat_add(held[p], granted[p]);
+            if (acquired > 2 * MAXP)
+                acquired = 2 * MAXP;
+            avail = (m > 0 ? m : 0) - acquired;
+        } else {
+            /* Not quiet: the old avail stands (S1': never too high). */
+            avail = plim_shm_word_avail(LD(P->word));
+        }
+        /* (c) release: the rebuilt word, RECOVERING cleared; lock-free
+         * paths that read it see the facts it was built from (F1). */
+        atomic_exchange_explicit(&P->word, plim_shm_word_make(clamp_avail(avail), flags),
+                                 memory_order_release);
     }
+    ST(H->repair_at, quiet ? 0 : sat_add(plim_shm_now_ns(), REPAIR_RETRY_NS));
     free(q);
     uint32_t nxt = PLIM_SHM_NIL;
     for (uint32_t r = bump; r-- > 0;) {
@@ -631,15 +953,17 @@ int plim_shm_lock(plim_shm_t *h)
 void plim_shm_unlock(plim_shm_t *h)
 {
     plim_shm_wake_t w;
-    int any = h->wk.nrec | h->wk.nslot | h->wk.all || h->wk.own_loops;
+    int any = h->wk.nrec | h->wk.nslot | h->wk.ndirect | h->wk.all || h->wk.own_loops;
     if (any) {
         w.nrec = h->wk.nrec;
         w.nslot = h->wk.nslot;
+        w.ndirect = h->wk.ndirect;
         w.all = h->wk.all;
         w.own_loops = h->wk.own_loops;
         memcpy(w.rec, h->wk.rec, (size_t)w.nrec * sizeof(uint32_t));
         memcpy(w.slot, h->wk.slot, (size_t)w.nslot * sizeof(uint32_t));
-        h->wk.nrec = h->wk.nslot = h->wk.all = 0;
+        memcpy(w.direct, h->wk.direct, (size_t)w.ndirect * sizeof(plim_shm_direct_t));
+        h->wk.nrec = h->wk.nslot = h->wk.ndirect = h->wk.all = 0;
         h->wk.own_loops = 0;
     }
     /* release: publishes this critical section to the next holder. */
@@ -671,8 +995,14 @@ int plim_shm_attach(plim_shm_t *h, int fd, int lockfd, size_t size, uint32_t npo
     h->off_slots = h->off_pools + (size_t)npools * sizeof(plim_shm_pool_t);
     h->off_recs = h->off_slots + (size_t)maxp * sizeof(plim_shm_slot_t);
     for (int i = 0; i < PLIM_SHM_NLOOPS; i++)
-        h->efd[i] = -1;
+        h->efd[i] = h->lsock[i] = -1;
+    h->dsock = -1;
     pthread_mutex_init(&h->wmu, NULL);
+    struct stat st;
+    if (fstat(fd, &st) == 0) {
+        h->dev = (uint64_t)st.st_dev;
+        h->ino = (uint64_t)st.st_ino;
+    }
     if (npools < 1 || npools > PLIM_SHM_MAX_POOLS || maxp < 1 || maxp > 4096 ||
         h->off_recs + (size_t)nrec * sizeof(plim_shm_rec_t) > size) {
         errno = EINVAL;
@@ -683,15 +1013,31 @@ int plim_shm_attach(plim_shm_t *h, int fd, int lockfd, size_t size, uint32_t npo
         return PLIM_SHM_ERRNO;
     h->base = m;
     h->size = size;
+    for (uint32_t p = 0; p < npools; p++)
+        h->pool[p] = plim_shm_pool_at(h, p);
     return PLIM_SHM_OK;
 }
 
 void plim_shm_unmap(plim_shm_t *h)
 {
+    for (int i = 0; i < PLIM_SHM_NLOOPS; i++)
+        plim_shm_loop_direct_close(h, i);
+    if (h->dsock >= 0) {
+        close(h->dsock);
+        h->dsock = -1;
+    }
     if (h->base != NULL) {
         munmap(h->base, h->size);
         h->base = NULL;
     }
+}
+
+/* repair_due: a repair that could not quiesce asked for another round
+ * from now on (a time too far ahead is hostile: due). */
+static int repair_due(plim_shm_t *h, int64_t now)
+{
+    int64_t at = LD(hdr(h)->repair_at);
+    return at != 0 && (at <= now || at - now > REPAIR_RETRY_NS);
 }
 
 int plim_shm_sweep_due(plim_shm_t *h)
@@ -699,7 +1045,7 @@ int plim_shm_sweep_due(plim_shm_t *h)
     int64_t now = plim_shm_now_ns();
     int64_t last = LD(hdr(h)->last_sweep);
     /* A time in the future (hostile, or another boot's) counts as due. */
-    return !(last <= now && now - last < SWEEP_NS);
+    return !(last <= now && now - last < SWEEP_NS) || repair_due(h, now);
 }
 
 int plim_shm_sweep_locked(plim_shm_t *h, int force)
@@ -707,6 +1053,10 @@ int plim_shm_sweep_locked(plim_shm_t *h, int force)
     if (!force && !plim_shm_sweep_due(h))
         return PLIM_SHM_OK;
     ST(hdr(h)->last_sweep, plim_shm_now_ns());
+    if (repair_due(h, plim_shm_now_ns())) {
+        repair_locked(h, -1);
+        return PLIM_SHM_OK;
+    }
     for (uint32_t s = 0; s < h->maxp; s++) {
         if ((int32_t)s == h->slot || LD(slot_at(h, s)->state) == PLIM_SHM_SLOT_FREE)
             continue;
@@ -736,7 +1086,8 @@ int plim_shm_register(plim_shm_t *h, int32_t pid)
             h->slot = -1;
             return st;
         }
-        if (LD(S->state) != PLIM_SHM_SLOT_FREE || LD(S->held[0]) || LD(S->held[1]))
+        if (LD(S->state) != PLIM_SHM_SLOT_FREE || LD(S->held[0]) || LD(S->held[1]) ||
+            LD(S->fheld[0]) || LD(S->fheld[1]))
             repair_locked(h, (int32_t)s);   /* a dead process's slot: drop its leftovers */
         else
             plim_shm_sweep_locked(h, 1);
@@ -746,8 +1097,13 @@ int plim_shm_register(plim_shm_t *h, int32_t pid)
         ST(S->pid, pid);
         ST(S->held[0], 0);
         ST(S->held[1], 0);
+        ST(S->fheld[0], 0);
+        ST(S->fheld[1], 0);
+        ST(S->inflight, 0u);   /* fcount stays: the slot's grants ever */
         ST(S->loopmask, 0);
+        ST(S->direct, 0);
         ST(S->state, PLIM_SHM_SLOT_LIVE);   /* the commit */
+        h->me = S;
         plim_shm_unlock(h);
         return PLIM_SHM_OK;
     }
@@ -756,6 +1112,7 @@ int plim_shm_register(plim_shm_t *h, int32_t pid)
 
 void plim_shm_release_slot(plim_shm_t *h, int32_t slot)
 {
+    h->me = NULL;
     if (slot >= 0)
         ofd_cmd(h->lockfd, F_OFD_SETLK, F_UNLCK, PLIM_SHM_LOCK_BASE + (int64_t)slot, NULL);
 }
@@ -769,6 +1126,7 @@ void plim_shm_after_fork(plim_shm_t *h)
         h->lockfd = -1;
     }
     h->slot = -1;
+    h->me = NULL;
     h->crash = 0;
     memset(&h->wk, 0, sizeof h->wk);
     /* No thread survives fork; the waker's mutex may have been held. */
@@ -777,7 +1135,14 @@ void plim_shm_after_fork(plim_shm_t *h)
         if (h->efd[i] >= 0)
             close(h->efd[i]);
         h->efd[i] = -1;
+        /* The parent's names stay bound (its copies); ours go. */
+        if (h->lsock[i] >= 0)
+            close(h->lsock[i]);
+        h->lsock[i] = -1;
     }
+    if (h->dsock >= 0)
+        close(h->dsock);
+    h->dsock = -1;
     h->waker_running = 0;
     atomic_store(&h->waker_stop, 0);
 }
@@ -793,7 +1158,7 @@ int64_t plim_shm_max(plim_shm_t *h, uint32_t p)
 
 int64_t plim_shm_avail(plim_shm_t *h, uint32_t p)
 {
-    return LD(pool_at(h, p)->avail);
+    return plim_shm_word_avail(LD(pool_at(h, p)->word));
 }
 
 static int64_t acquired_of(int64_t m, int64_t avail)
@@ -804,7 +1169,7 @@ static int64_t acquired_of(int64_t m, int64_t avail)
 int64_t plim_shm_acquired(plim_shm_t *h, uint32_t p)
 {
     plim_shm_pool_t *P = pool_at(h, p);
-    return acquired_of(LD(P->max), LD(P->avail));
+    return acquired_of(LD(P->max), plim_shm_word_avail(LD(P->word)));
 }
 
 int64_t plim_shm_qlen(plim_shm_t *h, uint32_t p)
@@ -843,9 +1208,7 @@ static void record_grant(plim_shm_t *h, uint32_t p, int64_t wait_ns)
     ST(P->acquired_total, sat_add(LD(P->acquired_total), 1));
     ST(P->wait_ns, sat_add(LD(P->wait_ns), wait_ns));
     ST(P->buckets[b], sat_add(LD(P->buckets[b]), 1));
-    int64_t acquired = acquired_of(LD(P->max), LD(P->avail));
-    if (acquired > LD(P->hwm))
-        ST(P->hwm, acquired);
+    plim_shm_hwm_raise(P, acquired_of(LD(P->max), avail_now(P)));
 }
 
 /* unlink: record r (its state already says it left: the state is the fact)
@@ -872,6 +1235,8 @@ static int unlink_rec(plim_shm_t *h, uint32_t p, uint32_t r)
     ST(R->prev, PLIM_SHM_NIL);
     ST(R->next, PLIM_SHM_NIL);
     ST(P->qlen, sat_sub(LD(P->qlen), 1));
+    if (next == PLIM_SHM_NIL && prev == PLIM_SHM_NIL)
+        word_flag(P, W_QUEUED, 0);   /* S2: the last one left */
     return PLIM_SHM_OK;
 }
 
@@ -890,6 +1255,7 @@ static int link_tail(plim_shm_t *h, uint32_t p, uint32_t r)
         ST(rec_at(h, tail)->next, r);
     ST(P->tail, r);
     ST(P->qlen, sat_add(LD(P->qlen), 1));
+    word_flag(P, W_QUEUED, 1);   /* S2 (enqueue set it already: idempotent) */
     return PLIM_SHM_OK;
 }
 
@@ -948,19 +1314,19 @@ static int process_locked(plim_shm_t *h, uint32_t p, int may_repair)
                 return PLIM_SHM_CORRUPT;
             continue;
         }
-        int64_t need = LD(R->need), m = LD(P->max), avail = LD(P->avail);
+        int64_t need = LD(R->need), m = LD(P->max);
         int granted = 0;
         if (m > 0 && LD(R->total) > m) {
             ST(R->limit, m);
             ST(R->state, PLIM_SHM_R_TOO_LARGE);   /* the commit */
         } else {
-            if (m > 0 ? avail < need : sat_sub(need, avail) > MAXP)
+            /* The word first (S1'), then the facts that use the permits. */
+            if (!word_take(P, need))
                 return PLIM_SHM_OK;
+            CRASH(h);
             ST(R->granted, need);                 /* before the commit */
             CRASH(h);
             ST(R->state, PLIM_SHM_R_GRANTED);     /* the commit */
-            CRASH(h);
-            ST(P->avail, sat_sub(avail, need));
             granted = 1;
         }
         CRASH(h);
@@ -979,9 +1345,47 @@ static int process_locked(plim_shm_t *h, uint32_t p, int may_repair)
 /*  critical sections                                                       */
 /* ======================================================================== */
 
+/* stray_recovering: RECOVERING under the lock is a leftover (hostile
+ * bytes: a dead repairer's is taken over and repaired with the lock).  It
+ * only diverts the lock-free paths to the lock; a repair clears it. */
+static void stray_recovering(plim_shm_t *h, plim_shm_pool_t *P)
+{
+    if (LD(P->word) & W_RECOVERING)
+        repair_locked(h, -1);
+}
+
+/* count_grant: an immediate grant under the lock, in the pool's counters
+ * (0 s wait). */
+static void count_grant(plim_shm_pool_t *P)
+{
+    ST(P->acquired_total, sat_add(LD(P->acquired_total), 1));
+    ST(P->buckets[0], sat_add(LD(P->buckets[0]), 1));
+    plim_shm_hwm_raise(P, acquired_of(LD(P->max), avail_now(P)));
+}
+
+/* take_now: n permits from the word (S3 checked by the caller), then into
+ * this process's held (the word first: S1'). */
+static int take_now(plim_shm_t *h, uint32_t p, int64_t n)
+{
+    plim_shm_pool_t *P = pool_at(h, p);
+    if (n != 0 && !word_take(P, n))
+        return LD(P->word) & W_UNBOUNDED ? PLIM_SHM_OVERFLOW : PLIM_SHM_EMPTY;
+    CRASH(h);
+    plim_shm_slot_t *S = slot_at(h, (uint32_t)h->slot);
+    ST(S->held[p], sat_add(LD(S->held[p]), n));
+    count_grant(P);
+    return PLIM_SHM_OK;
+}
+
 int plim_shm_take_locked(plim_shm_t *h, uint32_t p, int64_t n)
 {
-    return plim_shm_take_inline(h, p, n);
+    plim_shm_pool_t *P = pool_at(h, p);
+    stray_recovering(h, P);
+    uint64_t w = atomic_load_explicit(&P->word, memory_order_acquire);
+    /* S3.  Unbounded, the queue holds only requests that would overflow. */
+    if (n != 0 && (w & (W_QUEUED | W_UNBOUNDED)) == W_QUEUED)
+        return PLIM_SHM_EMPTY;
+    return take_now(h, p, n);
 }
 
 int plim_shm_enqueue_locked(plim_shm_t *h, uint32_t p, int64_t need, int64_t total,
@@ -999,6 +1403,24 @@ int plim_shm_enqueue_locked(plim_shm_t *h, uint32_t p, int64_t need, int64_t tot
     uint32_t r = alloc_locked(h);
     if (r == PLIM_SHM_NIL)
         return PLIM_SHM_FULL;
+    /* QUEUED by a CAS that re-checks the fit against the same word: a
+     * lock-free release that came since the caller's take is seen here, or
+     * sees QUEUED and comes to the lock (the notes: no lost wake-up). */
+    uint64_t w = atomic_load_explicit(&P->word, memory_order_acquire);
+    for (int i = 0;; i++) {
+        if (!(w & W_QUEUED) && fits(w, need)) {
+            free_locked(h, r);
+            return take_now(h, p, need);
+        }
+        if (i >= CAS_TRIES) {
+            word_flag(P, W_QUEUED, 1);   /* a writer that never lets a CAS land */
+            break;
+        }
+        /* acq_rel: F1 (an RMW in the word's release sequences). */
+        if (atomic_compare_exchange_weak_explicit(&P->word, &w, w | W_QUEUED,
+                                                  memory_order_acq_rel, memory_order_acquire))
+            break;
+    }
     plim_shm_rec_t *R = rec_at(h, r);
     uint32_t t = LD(H->ticket) + 1u;
     ST(H->ticket, t);
@@ -1032,10 +1454,14 @@ int plim_shm_give_back_locked(plim_shm_t *h, uint32_t p, int64_t n, uint32_t rec
 {
     plim_shm_pool_t *P = pool_at(h, p);
     plim_shm_slot_t *S = slot_at(h, (uint32_t)h->slot);
-    int64_t held = clamp_permits(LD(S->held[p]));
-    if (n > held)
-        n = held;   /* never more than the segment says we hold */
-    ST(S->held[p], held - n);
+    stray_recovering(h, P);
+    /* Both ledgers count (permits taken lock-free may come back here, so
+     * held[] alone may go below 0); fheld[] is not ours to write here. */
+    int64_t held = LD(S->held[p]);
+    int64_t mine = clamp_permits(sat_add(held, LD(S->fheld[p])));
+    if (n > mine)
+        n = mine;   /* never more than the segment says we hold */
+    ST(S->held[p], sat_sub(held, n));
     CRASH(h);
     if (rec != PLIM_SHM_NIL && rec < h->nrec) {
         plim_shm_rec_t *R = rec_at(h, rec);
@@ -1043,7 +1469,7 @@ int plim_shm_give_back_locked(plim_shm_t *h, uint32_t p, int64_t n, uint32_t rec
             LD(R->state) == PLIM_SHM_R_QUEUED)
             ST(R->need, clamp_permits(sat_add(LD(R->need), n)));   /* the update takes all */
     }
-    ST(P->avail, sat_add(LD(P->avail), n));
+    word_add(P, n);   /* after the facts (S1') */
     return process_locked(h, p, 1);
 }
 
@@ -1116,7 +1542,7 @@ int plim_shm_abandon_locked(plim_shm_t *h, uint32_t r, uint32_t ticket, int time
         free_locked(h, r);
         plim_shm_count_locked(h, p, 3);
         if (in_permits(g))
-            ST(P->avail, sat_add(LD(P->avail), g));
+            word_add(P, g);   /* after the fact (S1') */
         process_locked(h, p, 1);
         return PLIM_SHM_GAVE_BACK;
     }
@@ -1139,9 +1565,26 @@ int plim_shm_set_max_locked(plim_shm_t *h, uint32_t p, int64_t max)
     int64_t old = LD(P->max);
     if (old > MAXP)
         old = MAXP;
-    ST(P->max, max);   /* the fact; avail follows */
+    /* The word's avail and mode change with max, and the lock-free acquire
+     * reads max (F3): no lock-free path may be in flight meanwhile. */
+    if (!quiesce(h, h->lock_timeout_ns, 1u << p)) {
+        word_flag(P, W_RECOVERING, 0);
+        return PLIM_SHM_STUCK;
+    }
+    uint64_t w = LD(P->word);
+    int64_t avail = plim_shm_word_avail(w);
+    int64_t next = clamp_avail(sat_add(avail, sat_sub(max > 0 ? max : 0, old > 0 ? old : 0)));
+    uint64_t nw = plim_shm_word_make(next, (w & (W_QUEUED | W_RECOVERING)) |
+                                               (max > 0 ? 0u : W_UNBOUNDED));
+    /* S1': lowering, the word before the fact; raising, after it. */
+    if (next < avail)
+        atomic_exchange_explicit(&P->word, nw, memory_order_relaxed);
+    ST(P->max, max);   /* the fact */
     CRASH(h);
-    ST(P->avail, sat_add(LD(P->avail), sat_sub(max > 0 ? max : 0, old > 0 ? old : 0)));
+    if (next >= avail)
+        atomic_exchange_explicit(&P->word, nw, memory_order_relaxed);
+    /* release: F3, the lock-free paths that see the flag cleared see max. */
+    word_flag(P, W_RECOVERING, 0);
     if (max > 0) {
         /* Queued requests that can never fit fail now (AsyncSemaphore's
          * rule), not only when they reach the head. */
@@ -1190,19 +1633,24 @@ int plim_shm_detach_locked(plim_shm_t *h)
             if (unlink_rec(h, p, r) != PLIM_SHM_OK)
                 fix(h, &repairs);
             note_decided(h, r);   /* its thread, if any, wakes and reads "closed" */
+            free_locked(h, r);
         } else if (st == PLIM_SHM_R_GRANTED) {
             int64_t g = LD(R->granted);
+            free_locked(h, r);
             if (in_permits(g))
-                ST(pool_at(h, p)->avail, sat_add(LD(pool_at(h, p)->avail), g));
+                word_add(pool_at(h, p), g);   /* after the fact (S1') */
+        } else {
+            free_locked(h, r);
         }
-        free_locked(h, r);
     }
     plim_shm_slot_t *S = slot_at(h, (uint32_t)h->slot);
     for (uint32_t p = 0; p < h->npools; p++) {
-        int64_t held = clamp_permits(LD(S->held[p]));
+        /* Both ledgers: no lock-free path of ours runs now (plim_shm.h). */
+        int64_t held = clamp_permits(sat_add(LD(S->held[p]), LD(S->fheld[p])));
         ST(S->held[p], 0);
+        ST(S->fheld[p], 0);
         CRASH(h);
-        ST(pool_at(h, p)->avail, sat_add(LD(pool_at(h, p)->avail), held));
+        word_add(pool_at(h, p), held);   /* after the facts (S1') */
     }
     ST(S->gen, LD(S->gen) + 1u);
     ST(S->state, PLIM_SHM_SLOT_FREE);
@@ -1214,10 +1662,17 @@ int plim_shm_detach_locked(plim_shm_t *h)
 int plim_shm_stats_locked(plim_shm_t *h, uint32_t p, plim_shm_stats_t *out)
 {
     plim_shm_pool_t *P = pool_at(h, p);
+    /* Lock-free grants count in their slots (0 s waits). */
+    int64_t fast = 0;
+    for (uint32_t s = 0; s < h->maxp; s++) {
+        int64_t v = LD(slot_at(h, s)->fcount[p]);
+        if (v > 0)
+            fast = sat_add(fast, v);
+    }
     out->max = LD(P->max);
-    out->avail = LD(P->avail);
+    out->avail = plim_shm_word_avail(LD(P->word));
     out->qlen = LD(P->qlen) < 0 ? 0 : LD(P->qlen);
-    out->acquired_total = LD(P->acquired_total);
+    out->acquired_total = sat_add(LD(P->acquired_total), fast);
     out->timeout_total = LD(P->timeout_total);
     out->queue_full_total = LD(P->queue_full_total);
     out->cancelled_total = LD(P->cancelled_total);
@@ -1227,6 +1682,7 @@ int plim_shm_stats_locked(plim_shm_t *h, uint32_t p, plim_shm_stats_t *out)
         int64_t v = LD(P->buckets[i]);
         out->buckets[i] = v < 0 ? 0 : v;
     }
+    out->buckets[0] = sat_add(out->buckets[0], fast);
     return PLIM_SHM_OK;
 }
 
@@ -1239,7 +1695,8 @@ int plim_shm_holders_locked(plim_shm_t *h, int32_t *pids, int64_t *held)
             continue;
         pids[n] = LD(S->pid);
         for (uint32_t p = 0; p < h->npools; p++)
-            held[(size_t)n * h->npools + p] = clamp_permits(LD(S->held[p]));
+            held[(size_t)n * h->npools + p] =
+                clamp_permits(sat_add(LD(S->held[p]), LD(S->fheld[p])));
         n++;
     }
     return n;
@@ -1251,7 +1708,8 @@ int plim_shm_audit_locked(plim_shm_t *h, uint32_t p, int64_t out[6])
     int64_t held = 0, granted = 0, queued = 0, linked = 0;
     for (uint32_t s = 0; s < h->maxp; s++)
         if (LD(slot_at(h, s)->state) == PLIM_SHM_SLOT_LIVE)
-            held = sat_add(held, LD(slot_at(h, s)->held[p]));
+            held = sat_add(held, sat_add(LD(slot_at(h, s)->held[p]),
+                                         LD(slot_at(h, s)->fheld[p])));
     uint32_t bump = LD(hdr(h)->bump);
     if (bump > h->nrec)
         bump = h->nrec;
@@ -1268,7 +1726,7 @@ int plim_shm_audit_locked(plim_shm_t *h, uint32_t p, int64_t out[6])
     for (uint32_t r = LD(P->head); r != PLIM_SHM_NIL && r < h->nrec && linked <= h->nrec;
          r = LD(rec_at(h, r)->next))
         linked++;
-    out[0] = acquired_of(LD(P->max), LD(P->avail));
+    out[0] = acquired_of(LD(P->max), plim_shm_word_avail(LD(P->word)));
     out[1] = held;
     out[2] = granted;
     out[3] = LD(P->qlen);
@@ -1369,6 +1827,66 @@ void plim_shm_loop_remove(plim_shm_t *h, int bit)
         close(h->efd[bit]);
     h->efd[bit] = -1;
     pthread_mutex_unlock(&h->wmu);
+}
+
+int plim_shm_loop_direct(plim_shm_t *h, int bit)
+{
+    if (bit < 0 || bit >= 63 || h->me == NULL || h->slot < 0) {
+        errno = EINVAL;
+        return -1;
+    }
+    plim_shm_loop_direct_close(h, bit);
+    int fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    if (fd < 0)
+        return -1;
+    struct sockaddr_un a;
+    socklen_t len = direct_name(h, (uint32_t)h->slot, h->gen, (uint32_t)bit, &a);
+    if (bind(fd, (struct sockaddr *)(void *)&a, len) != 0) {
+        int e = errno;   /* EADDRINUSE: squatted; the waker serves this loop */
+        close(fd);
+        errno = e;
+        return -1;
+    }
+    h->lsock[bit] = fd;
+    /* relaxed: deciders read it under the host's lock, which this process
+     * takes (to queue the loop's first request) after this store. */
+    atomic_fetch_or_explicit(&h->me->direct, (uint64_t)1 << bit, memory_order_relaxed);
+    return fd;
+}
+
+void plim_shm_loop_direct_close(plim_shm_t *h, int bit)
+{
+    if (bit < 0 || bit >= 63)
+        return;
+    if (h->me != NULL)
+        atomic_fetch_and_explicit(&h->me->direct, ~((uint64_t)1 << bit), memory_order_relaxed);
+    if (h->lsock[bit] >= 0) {
+        close(h->lsock[bit]);
+        h->lsock[bit] = -1;
+    }
+}
+
+int plim_shm_loop_drain(int fd, int is_socket)
+{
+    /* One system call on the hand-off's path: an eventfd's read takes its
+     * whole count; a socket's recvmmsg up to 32 datagrams.  What is left
+     * keeps the fd readable, and the loop calls again. */
+    if (!is_socket) {
+        uint64_t v;
+        return read(fd, &v, sizeof v) == (ssize_t)sizeof v;
+    }
+    char buf[32][8];
+    struct iovec iov[32];
+    struct mmsghdr msgs[32];
+    memset(msgs, 0, sizeof msgs);
+    for (int i = 0; i < 32; i++) {
+        iov[i].iov_base = buf[i];
+        iov[i].iov_len = sizeof buf[i];
+        msgs[i].msg_hdr.msg_iov = &iov[i];
+        msgs[i].msg_hdr.msg_iovlen = 1;
+    }
+    int n = recvmmsg(fd, msgs, 32, MSG_DONTWAIT, NULL);
+    return n < 0 ? 0 : n;
 }
 
 /* The waker: sleeps on this process's slot futex; when another process

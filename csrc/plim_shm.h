@@ -15,6 +15,13 @@
  * the GIL or calls back; plim_shm_lock may sleep (bounded) and is meant to
  * be called without the GIL.  Wake-ups decided inside a critical section
  * are delivered by plim_shm_unlock, after the lock is dropped.
+ *
+ * The lock-free paths (plim_shm_fast.h: plim_shm_fast_take/_give) run
+ * without the host's lock.  On one handle they must run one at a time,
+ * and not at the same time as plim_shm_give_back_locked or
+ * plim_shm_detach_locked on that handle (the binding: all of them hold
+ * the GIL).  They may run at the same time as anything else, here or in
+ * other processes.
  */
 #ifndef PLIM_SHM_H
 #define PLIM_SHM_H
@@ -36,6 +43,16 @@ extern "C" {
 #define PLIM_SHM_LOCK_BASE (((int64_t)1) << 40)   /* OFD byte of slot 0 */
 #define PLIM_SHM_IMPL_C 1
 #define PLIM_SHM_NLOOPS 64                         /* loop bits per process */
+
+/* A pool's counter word (plim_shm.c, "The counter word"): three flags and
+ * avail + BIAS above them, so that one CAS checks and changes everything
+ * the uncontended paths look at. */
+#define PLIM_SHM_W_QUEUED 1u        /* the pool's queue is not empty */
+#define PLIM_SHM_W_RECOVERING 2u    /* a repair or set_max rewrites the word */
+#define PLIM_SHM_W_UNBOUNDED 4u     /* max <= 0 */
+#define PLIM_SHM_W_FLAGS 7u
+#define PLIM_SHM_W_SHIFT 3
+#define PLIM_SHM_W_BIAS (((int64_t)1) << 60)
 
 /* Status codes. */
 enum {
@@ -92,12 +109,15 @@ typedef struct plim_shm_header {
     _Atomic uint32_t epoch;
     _Atomic uint32_t ticket;      /* record tickets */
     _Atomic int64_t last_sweep;   /* CLOCK_MONOTONIC ns of the last sweep */
-    uint8_t reserved[152];
+    _Atomic int64_t repair_at;    /* != 0: a repair could not rebuild the
+                                   * words; try again from this time (ns) */
+    uint8_t reserved[144];
 } plim_shm_header_t;
 
 typedef struct plim_shm_pool {
     _Atomic int64_t max;          /* the live limit; <= 0: unbounded (a fact) */
-    _Atomic int64_t avail;        /* max - acquired, or -acquired (derived) */
+    _Atomic uint64_t word;        /* flags | (avail + BIAS) << 3; avail is
+                                   * max - acquired, or -acquired (derived) */
     _Atomic uint32_t head;        /* queue, oldest first (derived) */
     _Atomic uint32_t tail;
     _Atomic int64_t qlen;         /* (derived) */
@@ -112,13 +132,25 @@ typedef struct plim_shm_pool {
 } plim_shm_pool_t;
 
 typedef struct plim_shm_slot {
+    /* First line: read and written by other processes too. */
     _Atomic uint32_t state;       /* FREE / LIVE (a fact, with the OFD lock) */
     _Atomic uint32_t gen;         /* bumped at each registration and death */
     _Atomic int32_t pid;
     _Atomic uint32_t wake;        /* the process's waker futex */
     _Atomic uint64_t loopmask;    /* its loops with a decided record */
-    _Atomic int64_t held[2];      /* permits it holds (a fact; only it writes) */
-    uint8_t reserved[24];
+    _Atomic int64_t held[2];      /* permits it holds through critical
+                                   * sections (a fact; only it writes) */
+    _Atomic uint64_t direct;      /* its loops with a wake socket */
+    uint8_t reserved0[16];
+    /* Second line: written by the owner's lock-free paths only. */
+    _Atomic uint32_t inflight;    /* nonzero inside a lock-free path */
+    uint32_t pad;
+    _Atomic int64_t fheld[2];     /* permits it holds through lock-free
+                                   * paths (a fact; only they write) */
+    _Atomic int64_t fcount[2];    /* lock-free grants ever made through
+                                   * this slot (statistics; kept across
+                                   * the slot's owners) */
+    uint8_t reserved1[24];
 } plim_shm_slot_t;
 
 typedef struct plim_shm_rec {
@@ -143,10 +175,14 @@ typedef struct plim_shm_rec {
 
 /* The wake-ups one critical section decided, delivered by plim_shm_unlock. */
 #define PLIM_SHM_WAKES 128
+typedef struct plim_shm_direct {
+    uint32_t slot, gen, bit;        /* another process's loop with a socket */
+} plim_shm_direct_t;
 typedef struct plim_shm_wake {
     uint32_t rec[PLIM_SHM_WAKES];   /* records whose thread waits on state */
     uint32_t slot[PLIM_SHM_WAKES];  /* other processes whose waker to wake */
-    int nrec, nslot;
+    plim_shm_direct_t direct[PLIM_SHM_WAKES];   /* loops to wake directly */
+    int nrec, nslot, ndirect;
     int all;                        /* too many: wake everything */
     uint64_t own_loops;             /* this process's loop bits */
 } plim_shm_wake_t;
@@ -161,6 +197,8 @@ typedef struct plim_shm {
     int64_t max_queue;            /* <= 0: unbounded (the table bounds it) */
     int32_t slot;                 /* -1: not registered */
     uint32_t gen;
+    plim_shm_pool_t *pool[PLIM_SHM_MAX_POOLS];   /* the pools (attach) */
+    plim_shm_slot_t *me;          /* our slot (register; NULL: none) */
     int64_t lock_timeout_ns;      /* the bound on waiting for a live holder */
     int crash;                    /* tests: SIGKILL at the crash-th point */
     int repairs;                  /* repairs run (statistics, tests) */
@@ -168,6 +206,13 @@ typedef struct plim_shm {
     /* The waker thread (asyncio): its eventfds, one per loop bit. */
     pthread_mutex_t wmu;
     int efd[PLIM_SHM_NLOOPS];     /* Locking: wmu */
+    /* Direct wakes (plim_shm.c, "Who wakes whom"): our loops' sockets, and
+     * the unbound one we send from (-1: none yet).  The segment's file
+     * (st_dev, st_ino) names the sockets: from our fstat, not the file. */
+    int lsock[PLIM_SHM_NLOOPS];   /* Locking: the binding's (the GIL) */
+    int dsock;                    /* Locking: the host's lock (sent after
+                                   * it is dropped, by its last holder) */
+    uint64_t dev, ino;
     int waker_running;            /* Locking: the GIL (the binding's) */
     _Atomic int waker_stop;
     pthread_t waker;
@@ -223,7 +268,8 @@ int plim_shm_peek(plim_shm_t *h, uint32_t rec, uint32_t ticket);
 int plim_shm_take_locked(plim_shm_t *h, uint32_t p, int64_t n);
 /* enqueue: a record for `need` more permits (the request holds `total` in
  * the end) at the tail.  QUEUED (*rec, *ticket set) / TOO_LARGE (*limit) /
- * FULL. */
+ * FULL, or OK: the permits came back meanwhile (a lock-free release in
+ * another process) and were taken, as plim_shm_take_locked would. */
 int plim_shm_enqueue_locked(plim_shm_t *h, uint32_t p, int64_t need, int64_t total,
                             uint32_t tag, uint32_t *rec, uint32_t *ticket, int64_t *limit);
 /* give_back: this process returns n permits of pool p (never more than it
@@ -240,11 +286,11 @@ int plim_shm_collect_locked(plim_shm_t *h, uint32_t rec, uint32_t ticket, int *s
  * granted: the permits went back, the record is freed), DECIDED (failed
  * otherwise: collect it), GONE. */
 int plim_shm_abandon_locked(plim_shm_t *h, uint32_t rec, uint32_t ticket, int timed_out);
+/* set_max: OK, CORRUPT, or STUCK (a live process stayed inside a lock-free
+ * path for lock_timeout_ns: nothing changed). */
 int plim_shm_set_max_locked(plim_shm_t *h, uint32_t p, int64_t max);
 /* count: bump a counter (1 timeout, 2 queue full, 3 cancelled). */
 void plim_shm_count_locked(plim_shm_t *h, uint32_t p, int which);
-/* close_rec: this process's queued record fails CLOSED (its close()). */
-int plim_shm_close_rec_locked(plim_shm_t *h, uint32_t rec, uint32_t ticket);
 /* detach: free this process's slot; what it holds and its uncollected
  * grants go back.  Then plim_shm_unlock and plim_shm_release_slot. */
 int plim_shm_detach_locked(plim_shm_t *h);
@@ -274,6 +320,14 @@ int plim_shm_wait_collect(plim_shm_t *h, uint32_t rec, uint32_t ticket, int64_t 
  * thread (decisions by other processes) and by plim_shm_unlock (ours). */
 int plim_shm_loop_add(plim_shm_t *h, int bit);  /* returns the eventfd or -1 */
 void plim_shm_loop_remove(plim_shm_t *h, int bit);
+/* loop_direct: a datagram socket for loop `bit` that other processes'
+ * decisions write to directly (no waker thread in between); -1 with errno
+ * if it cannot be had (the name is taken: the waker path serves the loop).
+ * loop_direct_close undoes it.  loop_drain empties such a socket
+ * (is_socket) or an eventfd, in one system call: how much it read. */
+int plim_shm_loop_direct(plim_shm_t *h, int bit);
+void plim_shm_loop_direct_close(plim_shm_t *h, int bit);
+int plim_shm_loop_drain(int fd, int is_socket);
 int plim_shm_waker_start(plim_shm_t *h);
 void plim_shm_waker_stop(plim_shm_t *h);
 

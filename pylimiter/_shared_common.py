@@ -166,7 +166,7 @@ def check_settings(maxes: tuple[object, ...], names: tuple[str, ...], max_queue_
 # Little-endian native (x86_64, aarch64); all fields naturally aligned.
 
 MAGIC = b"PLIMSHM\x01"
-LAYOUT_VERSION = 1
+LAYOUT_VERSION = 2   # 2: the C twin's counter word and two-line slots
 IMPL_C = 1
 IMPL_PY = 2
 IMPL_NAMES = {IMPL_C: "the C implementation", IMPL_PY: "the pure-Python implementation"}
@@ -178,7 +178,7 @@ PAGE = 4096
 
 HEADER_SIZE = 256
 POOL_SIZE = 256
-SLOT_SIZE = 64
+SLOT_SIZE = 128
 REC_SIZE = 96
 
 # header
@@ -200,12 +200,15 @@ H_BUMP = 84          # u32 records >= bump were never used (free)
 H_EPOCH = 88         # u32 re-initialisations
 H_TICKET = 92        # u32 record tickets
 H_SWEEP = 96         # i64 monotonic ns of the last sweep for dead processes
+H_REPAIR_AT = 104    # i64 (C twin) a repair is due again from then (0: none)
 HEADER_FMT = "<8sIIQII2qqII"
 HEADER_STRUCT = struct.Struct(HEADER_FMT)
 
 # pool
 P_MAX = 0            # i64 the live limit (<= 0: unbounded)
-P_AVAIL = 8          # i64 max - acquired (bounded), -acquired (unbounded)
+P_AVAIL = 8          # pure twin: i64 max - acquired (bounded), -acquired
+                     # (unbounded); C twin: u64 the counter word, flags |
+                     # (avail + W_BIAS) << 3 (csrc/plim_shm.c)
 P_HEAD = 16          # u32
 P_TAIL = 20          # u32
 P_QLEN = 24          # i64
@@ -223,7 +226,24 @@ S_GEN = 4            # u32 bumped at every registration and every death
 S_PID = 8            # i32
 S_WAKE = 12          # u32 the process's waker futex (C twin)
 S_LOOPMASK = 16      # u64 loops of that process with a decided request (C twin)
-S_HELD = 24          # i64[2] permits this process holds, per pool
+S_HELD = 24          # i64[2] permits this process holds, per pool (C twin:
+                     # through critical sections; it holds S_HELD + S_FHELD)
+S_DIRECT = 40        # u64 (C twin) its loops with a wake socket
+S_INFLIGHT = 64      # u32 (C twin) inside a lock-free path
+S_FHELD = 72         # i64[2] (C twin) permits held through lock-free paths
+S_FCOUNT = 88        # i64[2] (C twin) lock-free grants made through the slot
+
+# the C twin's counter word (csrc/plim_shm.h, PLIM_SHM_W_*)
+W_QUEUED = 1
+W_RECOVERING = 2
+W_UNBOUNDED = 4
+W_SHIFT = 3
+W_BIAS = 1 << 60
+
+
+def c_word(avail: int, max_permits: int) -> int:
+    """The C twin's counter word for an idle pool with ``avail`` free."""
+    return ((avail + W_BIAS) << W_SHIFT) | (0 if max_permits > 0 else W_UNBOUNDED)
 
 SLOT_FREE = 0
 SLOT_LIVE = 1
@@ -390,7 +410,11 @@ def init_state(fd: int, impl: int, kind: int, maxes: tuple[int, ...], max_queue:
     os.pwrite(fd, struct.pack("<II", NIL, 0), H_FREE)
     for i, m in enumerate(maxes):
         base = lay.pool(i)
-        os.pwrite(fd, struct.pack("<qqII", m, m if m > 0 else 0, NIL, NIL), base)
+        avail = m if m > 0 else 0
+        if impl == IMPL_C:
+            os.pwrite(fd, struct.pack("<qQII", m, c_word(avail, m), NIL, NIL), base)
+        else:
+            os.pwrite(fd, struct.pack("<qqII", m, avail, NIL, NIL), base)
 
 
 def _check_file(fd: int, path: str) -> os.stat_result:

@@ -3,21 +3,36 @@
  * Run plain, under ThreadSanitizer and under AddressSanitizer+UBSan by
  * tests/shared/test_c_tier.py.
  *
- *   test_hammer      P processes x T threads take, queue (thread waiters on
- *                    the record futex, and "loop" waiters on an eventfd the
- *                    waker thread writes), time out, release, for a while;
- *                    the permits in use, counted in a separate shared page,
- *                    never exceed the limit; at the end the books balance.
+ *   test_hammer      P processes x T threads take (lock-free first, as the
+ *                    binding does, then under the lock), queue (thread
+ *                    waiters on the record futex, collecting without the
+ *                    process's "GIL" as the binding does, and "loop"
+ *                    waiters on an eventfd the waker thread writes), time
+ *                    out, release (lock-free first), for a while; the
+ *                    permits in use, counted in a separate shared page,
+ *                    never exceed the limit; at the end the books balance
+ *                    and every grant, lock-free or not, is counted.
  *   test_kills       the same while the parent SIGKILLs children at random
  *                    moments and starts new ones; after each kill the dead
  *                    one's permits come back and the books balance.
  *   test_lock_death  a child dies holding the host's lock: the next locker
  *                    takes it over and repairs.
+ *   test_fast_death  children die at every crash point of the lock-free
+ *                    paths and of the critical sections (between a CAS on
+ *                    the counter word and the ledger store included): the
+ *                    books balance after each.
+ *   test_stalled     a live process stays inside a lock-free path (its mark
+ *                    set, as if stopped there) while another dies holding
+ *                    permits: the repair cannot rebuild the word and says
+ *                    so, the lock-free paths keep working meanwhile, and
+ *                    once the mark clears a later sweep returns the dead
+ *                    one's permits.
  *   test_hostile     random bytes over the live segment's state while a
  *                    child works: it finishes (no crash, no hang).
  */
 #define _GNU_SOURCE
 #include "plim_shm.h"
+#include "plim_shm_fast.h"
 #include "plim_test.h"
 
 #include <errno.h>
@@ -76,7 +91,7 @@ static void make_segment(const char *dir)
     }
     plim_shm_header_t *H = mmap(NULL, g_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     memcpy(H->magic, "PLIMSHM\001", 8);
-    H->version = 1;
+    H->version = 2;
     H->impl = PLIM_SHM_IMPL_C;
     H->size = g_size;
     H->kind = 1;
@@ -88,7 +103,7 @@ static void make_segment(const char *dir)
     atomic_store(&H->free_head, PLIM_SHM_NIL);
     plim_shm_pool_t *P = (plim_shm_pool_t *)(void *)((char *)H + sizeof *H);
     atomic_store(&P->max, LIMIT);
-    atomic_store(&P->avail, LIMIT);
+    atomic_store(&P->word, plim_shm_word_make(LIMIT, 0));
     atomic_store(&P->head, PLIM_SHM_NIL);
     atomic_store(&P->tail, PLIM_SHM_NIL);
     munmap(H, g_size);
@@ -138,6 +153,12 @@ static void account(int64_t n)
     }
 }
 
+/* The process's "GIL": what the binding runs holding the GIL (the
+ * lock-free paths, give-back, the critical sections it starts) runs
+ * holding this; what it runs without (waiting, and collecting a thread's
+ * grant) runs without. */
+static pthread_mutex_t g_gil = PTHREAD_MUTEX_INITIALIZER;
+
 typedef struct {
     plim_shm_t *h;
     uint64_t seed;
@@ -146,24 +167,63 @@ typedef struct {
     int efd;
 } worker_t;
 
-/* One acquire of n: take, or queue and wait (futex or eventfd), maybe time
- * out.  Returns the permits obtained (0 on a timeout). */
+/* One acquire of n: lock-free, else take or queue under the lock and wait
+ * (futex or eventfd), maybe time out.  Returns the permits obtained (0 on
+ * a timeout). */
 static int64_t acquire(worker_t *w, int64_t n, int64_t timeout_ns)
 {
     plim_shm_t *h = w->h;
     uint32_t rec, ticket;
     int64_t limit;
-    if (plim_shm_lock(h) != PLIM_SHM_OK)
+    pthread_mutex_lock(&g_gil);
+    if (plim_shm_fast_take(h, 0, n) == PLIM_SHM_OK) {
+        pthread_mutex_unlock(&g_gil);
+        return n;
+    }
+    if (plim_shm_lock(h) != PLIM_SHM_OK) {
+        pthread_mutex_unlock(&g_gil);
         return 0;
+    }
     if (plim_shm_take_locked(h, 0, n) == PLIM_SHM_OK) {
         plim_shm_unlock(h);
+        pthread_mutex_unlock(&g_gil);
         return n;
     }
     uint32_t tag = w->loop_bit >= 0 ? (uint32_t)w->loop_bit + 1u : 0u;
     int st = plim_shm_enqueue_locked(h, 0, n, n, tag, &rec, &ticket, &limit);
     plim_shm_unlock(h);
+    pthread_mutex_unlock(&g_gil);
+    if (st == PLIM_SHM_OK)
+        return n;   /* a lock-free release gave them back meanwhile */
     if (st != PLIM_SHM_QUEUED)
         return 0;   /* full */
+    if (w->loop_bit < 0) {
+        /* A thread: wait and collect without the GIL (plim_shm_wait_collect,
+         * as the binding), then abandon with it after a timeout. */
+        int64_t deadline = plim_shm_now_ns() + timeout_ns;
+        for (;;) {
+            int state = 0;
+            int64_t granted = 0;
+            st = plim_shm_wait_collect(h, rec, ticket, deadline, &state, &granted, &limit);
+            if (st == PLIM_SHM_INTR)
+                continue;
+            if (st == PLIM_SHM_DECIDED)
+                return state == PLIM_SHM_R_GRANTED ? granted : 0;
+            if (st != PLIM_SHM_TIMEDOUT)
+                return 0;
+            pthread_mutex_lock(&g_gil);
+            if (plim_shm_lock(h) != PLIM_SHM_OK) {
+                pthread_mutex_unlock(&g_gil);
+                return 0;
+            }
+            st = plim_shm_abandon_locked(h, rec, ticket, 1);
+            plim_shm_unlock(h);
+            pthread_mutex_unlock(&g_gil);
+            if (st == PLIM_SHM_REMOVED || st == PLIM_SHM_GONE)
+                return 0;
+            deadline = -1;   /* granted meanwhile: collect it */
+        }
+    }
     int64_t deadline = plim_shm_now_ns() + timeout_ns;
     for (;;) {
         if (w->loop_bit >= 0) {
@@ -185,12 +245,16 @@ static int64_t acquire(worker_t *w, int64_t n, int64_t timeout_ns)
         }
         if (st == PLIM_SHM_INTR)
             continue;
-        if (plim_shm_lock(h) != PLIM_SHM_OK)
+        pthread_mutex_lock(&g_gil);
+        if (plim_shm_lock(h) != PLIM_SHM_OK) {
+            pthread_mutex_unlock(&g_gil);
             return 0;
+        }
         if (st == PLIM_SHM_TIMEDOUT) {
             st = plim_shm_abandon_locked(h, rec, ticket, 1);
             if (st == PLIM_SHM_REMOVED || st == PLIM_SHM_GONE) {
                 plim_shm_unlock(h);
+                pthread_mutex_unlock(&g_gil);
                 return 0;
             }
         }
@@ -198,6 +262,7 @@ static int64_t acquire(worker_t *w, int64_t n, int64_t timeout_ns)
         int64_t granted = 0;
         st = plim_shm_collect_locked(h, rec, ticket, &state, &granted, &limit);
         plim_shm_unlock(h);
+        pthread_mutex_unlock(&g_gil);
         if (st == PLIM_SHM_QUEUED)
             continue;
         return st == PLIM_SHM_OK && state == PLIM_SHM_R_GRANTED ? granted : 0;
@@ -206,10 +271,12 @@ static int64_t acquire(worker_t *w, int64_t n, int64_t timeout_ns)
 
 static void release(plim_shm_t *h, int64_t n)
 {
-    if (plim_shm_lock(h) == PLIM_SHM_OK) {
+    pthread_mutex_lock(&g_gil);
+    if (plim_shm_fast_give(h, 0, n) != PLIM_SHM_OK && plim_shm_lock(h) == PLIM_SHM_OK) {
         plim_shm_give_back_locked(h, 0, n, PLIM_SHM_NIL, 0);
         plim_shm_unlock(h);
     }
+    pthread_mutex_unlock(&g_gil);
 }
 
 static void *worker_main(void *arg)
@@ -304,6 +371,13 @@ static void test_hammer(void)
     CHECK(plim_shm_hwm(&h, 0) <= LIMIT);
     plim_shm_stats_t st;
     plim_shm_stats_locked(&h, 0, &st);
+    /* Every grant counted once, lock-free ones (in their slots) included. */
+    CHECK_EQ(st.acquired_total, atomic_load(&g_books->ops));
+    CHECK_EQ(st.buckets[0] + st.buckets[1] + st.buckets[2] + st.buckets[3] + st.buckets[4] +
+                 st.buckets[5] + st.buckets[6] + st.buckets[7] + st.buckets[8] + st.buckets[9] +
+                 st.buckets[10] + st.buckets[11] + st.buckets[12] + st.buckets[13] +
+                 st.buckets[14] + st.buckets[15],
+             st.acquired_total);
     printf("hammer: %lld acquire/release pairs, peak %lld of %d, %lld timeouts\n",
            (long long)atomic_load(&g_books->ops), (long long)atomic_load(&g_books->peak), LIMIT,
            (long long)st.timeout_total);
@@ -377,8 +451,131 @@ static void test_lock_death(void)
     detach(&h);
 }
 
+/* A child that runs lock-free and locked operations, single-threaded,
+ * and is SIGKILLed by its own crash-th crash point. */
+static void crash_child(int crash)
+{
+    plim_shm_t c;
+    attach(&c);
+    c.crash = crash;
+    for (int i = 0; i < 4; i++) {
+        if (plim_shm_fast_take(&c, 0, 2) == PLIM_SHM_OK)
+            plim_shm_fast_give(&c, 0, 2);
+        plim_shm_lock(&c);
+        int st = plim_shm_take_locked(&c, 0, 3);
+        plim_shm_unlock(&c);
+        if (st == PLIM_SHM_OK && plim_shm_fast_give(&c, 0, 1) == PLIM_SHM_OK) {
+            plim_shm_lock(&c);
+            plim_shm_give_back_locked(&c, 0, 2, PLIM_SHM_NIL, 0);
+            plim_shm_unlock(&c);
+        }
+    }
+    _exit(0);   /* fewer crash points than asked: survived */
+}
+
+static void test_fast_death(void)
+{
+    fflush(stdout);   /* children must not print our buffer again */
+    plim_shm_t h;
+    attach(&h);
+    int died = 0;
+    for (int k = 1; k <= 16; k++) {
+        pid_t pid = fork();
+        if (pid == 0)
+            crash_child(k);
+        int status = 0;
+        waitpid(pid, &status, 0);
+        died += WIFSIGNALED(status);
+        CHECK_EQ(audit_ok(&h), 0);   /* its permits came back (a repair) */
+        CHECK_EQ(plim_shm_avail(&h, 0), LIMIT);
+    }
+    CHECK(died >= 12);
+    /* And the lock-free paths work on the repaired word. */
+    CHECK_EQ(plim_shm_fast_take(&h, 0, LIMIT), PLIM_SHM_OK);
+    CHECK_EQ(plim_shm_fast_give(&h, 0, LIMIT), PLIM_SHM_OK);
+    printf("fast death: %d of 16 children killed at a crash point, books balanced after each\n",
+           died);
+    detach(&h);
+}
+
+static void test_stalled(void)
+{
+    int to_a[2], from_a[2], to_b[2], from_b[2];
+    char c = 0;
+    fflush(stdout);
+    if (pipe(to_a) || pipe(from_a) || pipe(to_b) || pipe(from_b)) {
+        perror("pipe");
+        exit(2);
+    }
+    plim_shm_t h;
+    attach(&h);
+    pid_t a = fork();
+    if (a == 0) {   /* holds 3 permits, then is killed */
+        plim_shm_t x;
+        attach(&x);
+        if (plim_shm_fast_take(&x, 0, 3) != PLIM_SHM_OK)
+            _exit(3);
+        if (write(from_a[1], "a", 1) != 1 || read(to_a[0], &c, 1) != 1)
+            _exit(4);
+        _exit(5);
+    }
+    pid_t b = fork();
+    if (b == 0) {   /* stays "inside a lock-free path" until told */
+        plim_shm_t x;
+        attach(&x);
+        atomic_store(&x.me->inflight, 1u);
+        if (write(from_b[1], "b", 1) != 1 || read(to_b[0], &c, 1) != 1)
+            _exit(4);
+        atomic_store_explicit(&x.me->inflight, 0u, memory_order_release);
+        if (write(from_b[1], "b", 1) != 1 || read(to_b[0], &c, 1) != 1)
+            _exit(4);
+        detach(&x);
+        _exit(0);
+    }
+    CHECK_EQ(read(from_a[0], &c, 1), 1);
+    CHECK_EQ(read(from_b[0], &c, 1), 1);
+    kill(a, SIGKILL);
+    waitpid(a, NULL, 0);
+    int64_t t0 = plim_shm_now_ns();
+    CHECK_EQ(plim_shm_lock(&h), PLIM_SHM_OK);
+    plim_shm_sweep_locked(&h, 1);   /* finds a dead: repairs, cannot quiesce */
+    plim_shm_unlock(&h);
+    int64_t took = plim_shm_now_ns() - t0;
+    CHECK(took < 2000000000LL);   /* bounded (20 ms, plus a loaded machine) */
+    CHECK(atomic_load(&plim_shm_hdr(&h)->repair_at) != 0);
+    CHECK_EQ(plim_shm_avail(&h, 0), LIMIT - 3);   /* the word stood: never too high */
+    CHECK_EQ(plim_shm_fast_take(&h, 0, 2), PLIM_SHM_OK);   /* lock-free still works */
+    CHECK_EQ(plim_shm_fast_give(&h, 0, 2), PLIM_SHM_OK);
+    CHECK_EQ(write(to_b[1], "go", 1), 1);   /* b goes on */
+    CHECK_EQ(read(from_b[0], &c, 1), 1);
+    usleep(120000);   /* the retry is due */
+    CHECK(plim_shm_sweep_due(&h));
+    CHECK_EQ(plim_shm_lock(&h), PLIM_SHM_OK);
+    plim_shm_sweep_locked(&h, 0);
+    plim_shm_unlock(&h);
+    CHECK_EQ(atomic_load(&plim_shm_hdr(&h)->repair_at), 0);
+    CHECK_EQ(plim_shm_avail(&h, 0), LIMIT);   /* a's permits are back */
+    CHECK_EQ(write(to_b[1], "go", 1), 1);
+    int status = 0;
+    waitpid(b, &status, 0);
+    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    CHECK_EQ(audit_ok(&h), 0);
+    printf("stalled: the failed repair round took %lld us; retried and rebuilt\n",
+           (long long)(took / 1000));
+    detach(&h);
+    close(to_a[0]);
+    close(to_a[1]);
+    close(from_a[0]);
+    close(from_a[1]);
+    close(to_b[0]);
+    close(to_b[1]);
+    close(from_b[0]);
+    close(from_b[1]);
+}
+
 static void test_hostile(void)
 {
+    fflush(stdout);   /* children must not print our buffer again (TSan's _exit) */
     pid_t pid = fork();
     if (pid == 0) {
         child_run(300, 2, 3000);
@@ -421,6 +618,8 @@ int main(void)
     make_segment(dir);
     RUN(test_hammer);
     RUN(test_lock_death);
+    RUN(test_fast_death);
+    RUN(test_stalled);
     RUN(test_kills);
     make_segment(dir);
     RUN(test_hostile);

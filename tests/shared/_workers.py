@@ -277,6 +277,12 @@ def crash_at(tag, name, directory, kwargs, op, k, events, go):
     held = sem.acquire_blocking(1, timeout=10)
     events.put(("ready", os.getpid()))
     go.wait(30)
+    if op.endswith("_locked"):
+        # The C twin's paths under the host's lock (its lock-free ones off);
+        # the pure twin has only those.
+        op = op[:-len("_locked")]
+        if hasattr(sem, "_set_lock_free"):
+            sem._set_lock_free(False)
     sem._crash_after(k)
     try:
         if op == "acquire":

@@ -129,7 +129,8 @@ def test_when_every_process_died_the_next_open_starts_fresh(impl, shm, name, shm
         sem.close()
 
 
-CRASH_OPS = ["acquire", "release", "grant", "enqueue", "update", "set_max", "close"]
+CRASH_OPS = ["acquire", "release", "acquire_locked", "release_locked", "grant", "enqueue",
+             "update", "set_max", "close"]
 
 
 def _crash_case(impl, shm, name, shm_dir, children, op, k):

@@ -1,9 +1,12 @@
 """The spin model of the host-wide limiter's cross-process protocol
 (tests/model/plim_shm.pml): every interleaving of three processes, any of
-which may die after any step.  The faithful model passes; each deliberately
-broken one fails with its own verdict, which shows the check can fail (as
-tests/test_memory_model.py does for the Relacy model of the in-process
-core).  `make test` installs spin when it can (`make spin`)."""
+which may die after any step (between a lock-free CAS on the counter word
+and its ledger store too), with repairs that run while a live process is
+inside a lock-free path.  The faithful model passes (about 21 million
+states, a few minutes); each deliberately broken one fails with its own
+verdict, which shows the check can fail (as tests/test_memory_model.py does
+for the Relacy model of the in-process core).  `make test` installs spin
+when it can (`make spin`)."""
 
 from __future__ import annotations
 
@@ -52,7 +55,10 @@ def test_model_passes(tmp_path):
     (2, "assertion violated (got==need)"),
     (3, "assertion violated (((("),
     (4, "invalid end state"),
-], ids=["no-repair", "grant-stores-swapped", "repair-forgets-grants", "no-takeover"])
+    (5, "assertion violated (((("),
+    (6, "assertion violated (((("),
+], ids=["no-repair", "grant-stores-swapped", "repair-forgets-grants", "no-takeover",
+        "repair-without-in-flight-wait", "grant-commits-before-the-word"])
 def test_weakened_model_fails(tmp_path, weaken, verdict):
     out = check(tmp_path, weaken)
     assert "errors: 1" in out.stdout, out.stdout[-3000:]
