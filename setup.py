@@ -134,14 +134,17 @@ else:
     exts = [ext, cache_ext]
     # The host-wide limiter (issue 33): Linux only (futexes, OFD locks);
     # elsewhere pylimiter uses the pure twin, whose constructors refuse the
-    # platform.  _shared_init.c is its module entry point.
+    # platform.
     import sys
 
     if sys.platform.startswith("linux"):
         exts.append(Extension(
             "pylimiter._shared_c",
-            sources=["pylimiter/_shared_c.pyx", "csrc/plim_shm.c", "pylimiter/_shared_init.c"],
-            include_dirs=["csrc"],
+            sources=["pylimiter/_shared_c.pyx", "csrc/plim_shm.c"],
+            # pylimiter/: _binding/main_only.h (main interpreter only)
+            include_dirs=["csrc", "pylimiter"],
+            depends=["pylimiter/_binding/main_only.h", "csrc/plim_shm.h",
+                     "csrc/plim_shm_fast.h"],
             extra_compile_args=cflags,
             extra_link_args=ldflags,
             define_macros=macros,

@@ -28,7 +28,10 @@ module owns the Python objects and the event-loop side of waking.  Rules:
   semantics this module follows step by step).
 * Subinterpreters: importing this module in a subinterpreter raises
   ImportError before Cython's one-interpreter check runs, so a later import
-  in the main interpreter still works (_shared_init.c).
+  in the main interpreter still works (_binding/main_only.h, as the
+  limiter's and the entry cache's extensions).
+* __dealloc__ may run at interpreter shutdown, when the os module is gone:
+  it closes its descriptors with libc's close, never through Python.
 """
 
 cimport cython
@@ -51,13 +54,16 @@ __all__ = [
     "SharedSemaphorePermit",
 ]
 
-# The Cython-generated module init is renamed, and _shared_init.c defines
-# PyInit__shared_c: it refuses a subinterpreter before Cython records which
-# interpreter imported it first.
+# Main interpreter only: see _binding/main_only.h.
 cdef extern from *:
     """
-    #define PyInit__shared_c plim_cython_PyInit__shared_c
+    #include "_binding/main_only.h"
+    PLIM_MAIN_ONLY(_shared_c, "pylimiter._shared_c")
+    #define PyInit__shared_c plim_cython_init__shared_c
     """
+
+cdef extern from "<unistd.h>" nogil:
+    int c_close "close"(int fd)
 
 cdef extern from "plim_shm.h" nogil:
     int64_t PLIM_SHM_MAX_PERMITS
@@ -583,9 +589,11 @@ cdef class _Seg:
                 plim_shm_loop_remove(&self.h, b)
             plim_shm_unmap(&self.h)
         if self.h.lockfd >= 0:
-            _os.close(self.h.lockfd)
+            c_close(self.h.lockfd)
+            self.h.lockfd = -1
         if self.h.fd >= 0:
-            _os.close(self.h.fd)
+            c_close(self.h.fd)
+            self.h.fd = -1
 
 
 def _resolve_waiter(_Waiter w):

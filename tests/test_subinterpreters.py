@@ -30,6 +30,9 @@ EXTENSIONS = {
     "pylimiter.pulsar.cache._cache_c": "import pylimiter.pulsar.cache._cache_c as m; "
                                        "m.RemovalQueue",
 }
+if sys.platform.startswith("linux"):   # the host-wide limiter's extension: Linux only
+    EXTENSIONS["pylimiter._shared_c"] = ("import pylimiter._shared_c as m; "
+                                         "m.SharedSemaphore")
 
 
 def _kinds():
