@@ -51,6 +51,7 @@ def test_subinterpreter_import_is_refused_and_main_still_imports(tmp_path):
     if out.stdout.startswith("SKIP"):
         pytest.skip(out.stdout.strip())
     lines = out.stdout.splitlines()
-    assert lines[0].startswith("SUB ImportError: pylimiter._shared_c cannot be imported in a "
-                               "subinterpreter"), out.stdout
+    assert lines[0].startswith("SUB ImportError: pylimiter: the C extension "
+                               "pylimiter._shared_c can only be imported in the main "
+                               "interpreter"), out.stdout
     assert lines[1] == "MAIN SharedSemaphore", out.stdout
