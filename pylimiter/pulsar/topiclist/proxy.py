@@ -126,13 +126,13 @@ class ProxyConnection(ConnectionBase):
                                         f"Failed due to too many pending lookup requests on "
                                         f"this connection (max {cap})")
         self.lookups += 1
+        # The lookup is the task's own coroutine, counted down when the task
+        # ends: a wrapper coroutine cancelled before its first step (the
+        # connection closing) would never await, nor close, the lookup.
+        self.spawn(coro).add_done_callback(self._lookup_done)
 
-        async def counted():
-            try:
-                await coro
-            finally:
-                self.lookups -= 1
-        self.spawn(counted())
+    def _lookup_done(self, _task) -> None:
+        self.lookups -= 1
 
     def _upstream_listing(self, body):
         """The listing to forward, rebuilt from checked fields (not a copy

@@ -137,3 +137,39 @@ def test_slow_readers_keep_the_proxys_heap_pool_bounded():
             assert_all_back(px)
             assert px.limiter.peak["heap"] <= heap.max_permits
     run_bounded(main())
+
+
+def test_a_lookup_cancelled_before_it_starts_is_closed_and_uncounted():
+    """A connection that closes right after a LOOKUP cancels the lookup's
+    task before its first step: the lookup coroutine is closed (no "never
+    awaited" warning) and the per-connection count goes back to 0."""
+    import gc
+    import types
+    import warnings
+
+    from pylimiter.pulsar.topiclist.proxy import ProxyConnection
+
+    conn = ProxyConnection.__new__(ProxyConnection)
+    conn.config = types.SimpleNamespace(lookups_per_connection=4)
+    conn.lookups = 0
+    conn.tasks = set()
+    conn.service = types.SimpleNamespace(guards={}, client_log=lambda *a, **k: None)
+    ran = []
+
+    async def lookup():
+        ran.append(True)
+
+    async def main():
+        conn._start_lookup(1, lookup())
+        assert conn.lookups == 1
+        for t in list(conn.tasks):
+            t.cancel()          # what closing the connection does
+        for _ in range(3):
+            await asyncio.sleep(0)
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        asyncio.run(main())
+        gc.collect()
+    assert ran == [] and conn.lookups == 0 and not conn.tasks
+    assert not [w for w in caught if "never awaited" in str(w.message)], caught
