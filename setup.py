@@ -144,10 +144,13 @@ else:
             # pylimiter/: _binding/main_only.h (main interpreter only)
             include_dirs=["csrc", "pylimiter"],
             depends=["pylimiter/_binding/main_only.h", "csrc/plim_shm.h",
-                     "csrc/plim_shm_fast.h"],
+                     "csrc/plim_shm_fast.h", "csrc/plim_glibc_pin.h"],
             extra_compile_args=cflags,
             extra_link_args=ldflags,
-            define_macros=macros,
+            # Its pthread calls bound to glibc's oldest versions, so the
+            # wheel stays manylinux_2_17 (csrc/plim_glibc_pin.h); not under
+            # a sanitizer, whose runtime intercepts them unversioned.
+            define_macros=macros + ([] if sanitize else [("PLIM_PIN_GLIBC", "1")]),
         ))
     setup(
         cmdclass=CMDCLASS,

@@ -264,6 +264,7 @@
 #endif
 #include "plim_shm.h"
 #include "plim_shm_fast.h"
+#include "plim_glibc_pin.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -998,11 +999,8 @@ int plim_shm_attach(plim_shm_t *h, int fd, int lockfd, size_t size, uint32_t npo
         h->efd[i] = h->lsock[i] = -1;
     h->dsock = -1;
     pthread_mutex_init(&h->wmu, NULL);
-    struct stat st;
-    if (fstat(fd, &st) == 0) {
-        h->dev = (uint64_t)st.st_dev;
-        h->ino = (uint64_t)st.st_ino;
-    }
+    if (plim_fstat_ids(fd, &h->dev, &h->ino) != 0)
+        h->dev = h->ino = 0;
     if (npools < 1 || npools > PLIM_SHM_MAX_POOLS || maxp < 1 || maxp > 4096 ||
         h->off_recs + (size_t)nrec * sizeof(plim_shm_rec_t) > size) {
         errno = EINVAL;

@@ -76,7 +76,7 @@ def build_parser():
                        help="forward topic lists from a broker, with limits")
     p.add_argument("--broker", required=True, help="pulsar://host:port of the broker")
     _limit_args(p)
-    from .loadgen import PRESETS
+    from .presets import PRESETS
 
     ld = sub.add_parser(
         "load", usage="%(prog)s (--url URL | --preset NAME) [options]",
