@@ -175,3 +175,15 @@ def spark():
 
     with spark_session("local[2]", app_name="pylimiter-tests") as session:
         yield session
+
+
+@pytest.fixture
+def gc_disabled():
+    """The cyclic collector off for the test (after one collection): what
+    is freed then is freed by reference counting alone."""
+    gc.collect()
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()

@@ -8,7 +8,6 @@ keep their checks alive.)"""
 from __future__ import annotations
 
 import asyncio
-import gc
 import weakref
 
 import pytest
@@ -19,18 +18,8 @@ class _Conn:
         return False
 
 
-@pytest.fixture
-def no_gc():
-    gc.collect()
-    gc.disable()
-    try:
-        yield
-    finally:
-        gc.enable()
-
-
 @pytest.mark.parametrize("how", ["granted", "timed-out", "cancelled"])
-def test_an_ended_request_drops_its_is_cancelled_check(impl, no_gc, how):
+def test_an_ended_request_drops_its_is_cancelled_check(impl, gc_disabled, how):
     async def main():
         sem = impl.module.AsyncSemaphore(1)
         held = await sem.acquire(1) if how != "granted" else None

@@ -8,7 +8,6 @@ implementation and again, under PYLIMITER_NO_EXTENSIONS=1, the pure-Python one."
 from __future__ import annotations
 
 import asyncio
-import gc
 import json
 import socket
 import struct
@@ -55,16 +54,6 @@ class _TrackingBroker(Broker):
         conn = super().make_connection(reader, writer)
         self.refs += [weakref.ref(conn), weakref.ref(reader)]
         return conn
-
-
-@pytest.fixture
-def gc_disabled():
-    gc.collect()
-    gc.disable()
-    try:
-        yield
-    finally:
-        gc.enable()
 
 
 async def _reset_mid_frame(b):
