@@ -127,9 +127,11 @@
  * facts so that every prefix of it is consistent, given that the dying
  * process's own facts are discarded with it (S5):
  *   - a process dies outside a critical section: its slot's OFD lock is
- *     gone.  The next sweep (any process that waits in a queue, reads the
- *     host's numbers, opens, or whose waker thread runs: at most every
- *     250 ms, host-wide) finds the LIVE slot without a lock, takes the lock
+ *     gone.  The next sweep finds the LIVE slot without a lock: at once in
+ *     a process that reads the host's numbers or would be refused or queued
+ *     (plim_shm_any_dead asks every taken slot's lock first, without the
+ *     host's lock), and at most every 250 ms, host-wide, in one that waits
+ *     in a queue, opens, or whose waker thread runs.  It takes the lock
  *     and repairs: the slot becomes FREE (generation bumped), its held[]
  *     and fheld[] are dropped, its records are freed (QUEUED ones leave the
  *     queue, GRANTED ones give their permits back), and S1/S2 are rebuilt
@@ -1044,6 +1046,21 @@ int plim_shm_sweep_due(plim_shm_t *h)
     int64_t last = LD(hdr(h)->last_sweep);
     /* A time in the future (hostile, or another boot's) counts as due. */
     return !(last <= now && now - last < SWEEP_NS) || repair_due(h, now);
+}
+
+int plim_shm_any_dead(plim_shm_t *h)
+{
+    /* Without the lock: a slot is marked taken only after its process holds
+     * its OFD lock, and marked free before it lets go of it, so "taken and
+     * unlocked" is a death (or a hostile state word: the locked sweep that
+     * follows sorts that out).  One fcntl per other taken slot. */
+    for (uint32_t s = 0; s < h->maxp; s++) {
+        if ((int32_t)s == h->slot || LD(slot_at(h, s)->state) == PLIM_SHM_SLOT_FREE)
+            continue;
+        if (!slot_alive(h, s))
+            return 1;
+    }
+    return 0;
 }
 
 int plim_shm_sweep_locked(plim_shm_t *h, int force)

@@ -257,6 +257,11 @@ int64_t plim_shm_acquired(plim_shm_t *h, uint32_t p);
 int64_t plim_shm_qlen(plim_shm_t *h, uint32_t p);
 int64_t plim_shm_hwm(plim_shm_t *h, uint32_t p);
 int plim_shm_sweep_due(plim_shm_t *h);
+/* plim_shm_any_dead: whether a process attached to the segment has died
+ * (its slot is taken, its lock gone), asked without the host's lock: the
+ * observing calls and the refusals ask it so that what a dead process held
+ * returns as soon as the next of them runs, not at the next timed sweep. */
+int plim_shm_any_dead(plim_shm_t *h);
 /* plim_shm_peek: the state of this process's record rec (ticket), or -1 if
  * it is no longer this request's. */
 int plim_shm_peek(plim_shm_t *h, uint32_t rec, uint32_t ticket);

@@ -126,6 +126,7 @@ cdef extern from "plim_shm.h" nogil:
     int64_t plim_shm_qlen(plim_shm_t *h, uint32_t p)
     int64_t plim_shm_hwm(plim_shm_t *h, uint32_t p)
     int plim_shm_sweep_due(plim_shm_t *h)
+    int plim_shm_any_dead(plim_shm_t *h)
     int plim_shm_peek(plim_shm_t *h, uint32_t rec, uint32_t ticket)
     int plim_shm_take_locked(plim_shm_t *h, uint32_t p, int64_t n)
     int plim_shm_enqueue_locked(plim_shm_t *h, uint32_t p, int64_t need, int64_t total,
@@ -467,6 +468,19 @@ cdef class _Seg:
         self.unlock()
         return 0
 
+    cdef int observe(self) except -1:
+        """Before a count is read or a request is refused or queued: a
+        process that died since the last sweep gives its permits back now
+        (issue 33, point 6: "at once when the next operation finds it
+        dead"), not at the next timed sweep."""
+        if self.closed:
+            return 0
+        if plim_shm_sweep_due(&self.h):
+            return self.sweep(False)
+        if not plim_shm_any_dead(&self.h):
+            return 0
+        return self.sweep(True)
+
     cdef _LoopWake loop_wake(self, loop):
         """The loop's eventfd reader, made on first use and kept while the
         loop lives (a wait registers nothing); the waker thread runs from
@@ -758,9 +772,12 @@ cdef _SharedRequest _new_request(SharedSemaphore sem, SharedSemaphorePermit perm
 
 
 @cython.final
+@cython.freelist(64)
 cdef class _AnonEnter:
     """What ``async with sem:`` awaits: one permit held by the semaphore.
-    Stateless, so one per semaphore serves every block."""
+    One per block, from a freelist: a semaphore that kept one would form a
+    cycle with it, and only the cyclic GC would then close a dropped
+    semaphore's descriptors."""
 
     cdef SharedSemaphore sem
 
@@ -816,7 +833,6 @@ cdef class SharedSemaphore:
     cdef bint _owner
     cdef object _args
     cdef object _kwargs
-    cdef _AnonEnter _enter
     cdef object __weakref__
 
     def __cinit__(self, *args, **kwargs):
@@ -842,8 +858,6 @@ cdef class SharedSemaphore:
         self._p = p
         self._timeout = timeout
         self._owner = owner
-        self._enter = _AnonEnter.__new__(_AnonEnter)
-        self._enter.sem = self
         self._ready = True
 
     unlink = staticmethod(sc.unlink_segment)
@@ -867,8 +881,7 @@ cdef class SharedSemaphore:
 
     cdef _Seg _fresh(self):
         cdef _Seg seg = self._s()
-        if not seg.closed and plim_shm_sweep_due(&seg.h):
-            seg.sweep(False)
+        seg.observe()
         return seg
 
     # ---- properties -------------------------------------------------------
@@ -1024,10 +1037,10 @@ cdef class SharedSemaphore:
             raise contract.closed_error()
         seg.lock()
         st = plim_shm_take_locked(&seg.h, self._p, k)
-        if st == PLIM_SHM_EMPTY and plim_shm_sweep_due(&seg.h):
-            # Refused: a dead process may hold what is missing (looked for
-            # at most every 250 ms, host-wide).
-            plim_shm_sweep_locked(&seg.h, 0)
+        if st == PLIM_SHM_EMPTY and (plim_shm_sweep_due(&seg.h) or
+                                     plim_shm_any_dead(&seg.h)):
+            # Refused: a dead process may hold what is missing.
+            plim_shm_sweep_locked(&seg.h, 1)
             st = plim_shm_take_locked(&seg.h, self._p, k)
         seg.unlock()
         if st == PLIM_SHM_OK:
@@ -1111,7 +1124,9 @@ cdef class SharedSemaphore:
         if seg.closed:
             raise contract.closed_error()
         seg.sweep(False)
-        if permit._pending or permit._permits >= n:
+        # acquire(0) is granted at once, as AsyncSemaphore's (a new permit
+        # holds 0 >= n); an update reaches here only to grow.
+        if permit._pending or (permit._permits >= n and n > 0):
             raise RuntimeError(contract.MSG_UPDATE_IN_PROGRESS)
         need = n - permit._permits
         seg.lock()
@@ -1127,6 +1142,11 @@ cdef class SharedSemaphore:
             lw = seg.loop_wake(loop)
             tag = lw.bit + 1
             seg.lock()
+            st = plim_shm_take_locked(&seg.h, self._p, need)
+        if st == PLIM_SHM_EMPTY and plim_shm_any_dead(&seg.h):
+            # Refused: a process that died since the last sweep may hold
+            # what is missing; its permits come back before we queue.
+            plim_shm_sweep_locked(&seg.h, 1)
             st = plim_shm_take_locked(&seg.h, self._p, need)
         if st == PLIM_SHM_OK:
             seg.unlock()
@@ -1437,7 +1457,9 @@ cdef class SharedSemaphore:
         """``async with sem:`` takes one permit (as asyncio.Semaphore)."""
         if not self._ready:
             raise contract.uninitialised_error(self)
-        return self._enter
+        cdef _AnonEnter e = _AnonEnter.__new__(_AnonEnter)
+        e.sem = self
+        return e
 
     def __aexit__(self, exc_type, exc, tb):
         cdef _Seg seg = self._s()

@@ -13,8 +13,9 @@ lengths, the free list) is rebuilt from the facts (the live slots' held
 permits and the records' states), which each critical section writes in an
 order that keeps them true at every step (csrc/plim_shm.c, "Who repairs
 what").  A process that dies outside a critical section is found by its
-slot's OFD lock being gone, by a sweep (at most every 250 ms, by any process
-that waits, reads the host's numbers or acquires), and repaired the same way.
+slot's OFD lock being gone, by a sweep (at once by a process that reads the
+host's numbers or would be refused or queued -- any_dead --, and at most every
+250 ms by one that waits), and repaired the same way.
 
 Waiting polls, at most every 10 ms (5 ms here): a blocking thread waits on
 an Event with that timeout and rereads its record's state; an event loop
@@ -233,6 +234,7 @@ class _Seg:
         self.max_queue = max_queue
         self.closed = False
         self.forked = False
+        self._states: Optional[struct.Struct] = None
         self.slot = -1
         self.gen = 0
         self.reg: object = object()    # this registration; permits carry it
@@ -278,6 +280,10 @@ class _Seg:
         return v
 
     def set_i64(self, off: int, v: int) -> None:
+        if not -(1 << 63) <= v < (1 << 63):
+            # A sum over hostile values (a held count another process set
+            # to INT64_MAX): saturate, as the C twin's sat_add.
+            v = -(1 << 63) if v < 0 else (1 << 63) - 1
         _I64.pack_into(self.mm, off, v)   # type: ignore[arg-type]
 
     def add_i64(self, off: int, d: int) -> None:
@@ -355,6 +361,11 @@ class _Seg:
         self.lock()
         try:
             out = fn(*args)
+        except struct.error:
+            # A value of another process's writing that no field may hold:
+            # the segment is corrupt, not this call's input.
+            self.unlock(clean=False)
+            raise shared_error(self.path, "corrupt while in use (a value out of range)") from None
         except BaseException:
             self.unlock(clean=False)
             raise
@@ -461,6 +472,30 @@ class _Seg:
         if self.sweep_due():
             wakes = self.run_locked(self.sweep_locked)
             self.wake(wakes)
+
+    def any_dead(self) -> bool:
+        """plim_shm_any_dead: a slot taken but not locked by its process,
+        asked without the lock (a slot is taken only once its lock is held,
+        and freed before the lock is let go).  One struct read for every
+        slot's state, then one fcntl per other taken slot."""
+        st = self._states
+        if st is None:
+            offs = [self.slotoff(s) + S_STATE for s in range(self.maxp)]
+            st = self._states = struct.Struct(
+                "<I" + "".join(f"{b - a - 4}xI" for a, b in zip(offs, offs[1:])))
+        for s, state in enumerate(st.unpack_from(self.mm, self.slotoff(0) + S_STATE)):
+            if state != SLOT_FREE and not self.alive(s):
+                return True
+        return False
+
+    def observe(self) -> None:
+        """Before a count is read: a process that died since the last sweep
+        gives back what it held now (issue 33, point 6: "at once when the
+        next operation finds it dead"), not at the next timed sweep."""
+        if self.sweep_due():
+            self.sweep()
+        elif self.any_dead():
+            self.wake(self.run_locked(self.sweep_locked, True))
 
     def sweep_locked(self, force: bool = False) -> list[int]:
         if not force and not self.sweep_due():
@@ -1054,8 +1089,8 @@ class SharedSemaphore:
 
     def _fresh(self) -> _Seg:
         seg = self._s()
-        if not seg.closed and seg.sweep_due():
-            seg.sweep()
+        if not seg.closed:
+            seg.observe()
         return seg
 
     @property
@@ -1225,10 +1260,9 @@ class SharedSemaphore:
 
         def take() -> Any:
             fits = self._fits_locked(seg, n)
-            if fits is False and seg.sweep_due():
-                # Refused: a dead process may hold what is missing (looked
-                # for at most every 250 ms, host-wide).
-                seg.wake(seg.sweep_locked())
+            if fits is False and (seg.sweep_due() or seg.any_dead()):
+                # Refused: a dead process may hold what is missing.
+                seg.wake(seg.sweep_locked(True))
                 fits = self._fits_locked(seg, n)
             if fits is not True:
                 return fits
@@ -1304,13 +1338,20 @@ class SharedSemaphore:
         pb = self._pb
 
         def begin() -> Any:
-            if permit._pending is not None or permit._permits >= n:
+            # acquire(0) is granted at once, as AsyncSemaphore's (a new
+            # permit holds 0 >= n); an update reaches here only to grow.
+            if permit._pending is not None or (permit._permits >= n and n > 0):
                 return RuntimeError(MSG_UPDATE_IN_PROGRESS)
             need = n - permit._permits
             if cancelled:
                 seg.add_i64(pb + P_CANCEL_TOTAL, 1)
                 return cancelled_error(cause)
             fits = self._fits_locked(seg, need)
+            if fits is False and seg.any_dead():
+                # Refused: a process that died since the last sweep may hold
+                # what is missing; its permits come back before we queue.
+                seg.wake(seg.sweep_locked(True))
+                fits = self._fits_locked(seg, need)
             if fits is True:
                 self._take_locked(seg, need)
                 permit._permits += need

@@ -619,3 +619,52 @@ def test_dual_limiter(shm, name):
         lim.close()
         other.close()
         shm.SharedDualMemoryLimiter.unlink(name)
+
+
+def test_zero_permits_are_granted_at_once_as_async_semaphores(shm, name):
+    """acquire(0) in every form returns a permit holding 0 at once, even
+    with a queue (AsyncSemaphore's behaviour; it was a RuntimeError)."""
+    sem = shm.SharedSemaphore(name, 2)
+    try:
+        held = sem.acquire_blocking(2)
+
+        async def main():
+            waiter = asyncio.ensure_future(sem.acquire(1))
+            await asyncio.sleep(0.05)
+            assert sem.queue_size == 1
+            p = await sem.acquire(0, timeout=0)
+            async with sem.acquire(0) as q:
+                assert q.permits == 0
+            sem.release(held)
+            sem.release(await waiter)
+            return p
+
+        assert asyncio.run(main()).permits == 0
+        p = sem.acquire_blocking(0)
+        assert p.permits == 0 and sem.try_acquire(0).permits == 0
+        sem.release(p)
+        assert sem.acquired_permits == 0
+        books(sem)
+    finally:
+        sem.close()
+    dual = shm.SharedDualMemoryLimiter(name + "d", 5, 5)
+    try:
+        assert dual.acquire_blocking(0, LimitType.DIRECT_MEMORY).permits == 0
+        assert asyncio.run(dual.acquire(0, LimitType.HEAP_MEMORY)).permits == 0
+    finally:
+        dual.close()
+
+
+def test_a_dropped_semaphore_closes_its_descriptors_without_the_gc(shm, name, gc_disabled):
+    """No reference cycle keeps a semaphore (and its descriptors and slot)
+    alive once the program lets go of it."""
+    def fds():
+        return len(os.listdir("/proc/self/fd"))
+
+    before = fds()
+    for i in range(20):
+        sem = shm.SharedSemaphore(name, 2)
+        sem.close()
+        dual = shm.SharedDualMemoryLimiter(name + "d", 2, 2)
+        del sem, dual
+    assert fds() == before

@@ -46,9 +46,8 @@ def test_a_killed_holders_permits_come_back_at_the_next_look(impl, shm, name, sh
 
 
 def test_try_acquire_finds_a_dead_holder_within_a_second(impl, shm, name, shm_dir, children):
-    """A refused try_acquire looks for dead processes (at most every 250 ms,
-    host-wide): the dead holder's permits are back within 1 s without any
-    other call."""
+    """A refused try_acquire looks for dead processes: the dead holder's
+    permits are back within 1 s (at once, in fact) without any other call."""
     sem = shm.SharedSemaphore(name, 3)
     try:
         child = _hold_in_child(impl, name, shm_dir, children, 3, 3)
@@ -61,6 +60,41 @@ def test_try_acquire_finds_a_dead_holder_within_a_second(impl, shm, name, shm_di
             time.sleep(0.01)
         assert p is not None, "the dead holder's permits did not come back within 1 s"
         sem.release(p)
+        books(sem)
+    finally:
+        sem.close()
+
+
+@pytest.mark.parametrize("look", ["acquired_permits", "available_permits", "try_acquire",
+                                  "acquire_blocking", "await acquire", "stats", "locked"])
+def test_the_next_operation_after_a_death_finds_it_at_once(impl, shm, name, shm_dir, children,
+                                                           look):
+    """Point 6: "at once when the next operation finds it dead" -- even when
+    a timed sweep ran just before the death (the counts were just read)."""
+    sem = shm.SharedSemaphore(name, 4)
+    try:
+        child = _hold_in_child(impl, name, shm_dir, children, 4, 4)
+        assert sem.acquired_permits == 4 and sem.try_acquire(1) is None   # a sweep ran now
+        children.kill(child)
+        if look == "acquired_permits":
+            assert sem.acquired_permits == 0
+        elif look == "available_permits":
+            assert sem.available_permits == 4
+        elif look == "stats":
+            assert sem.stats().acquired_permits == 0
+        elif look == "locked":
+            assert not sem.locked()
+        else:
+            if look == "try_acquire":
+                p = sem.try_acquire(4)
+            elif look == "acquire_blocking":
+                p = sem.acquire_blocking(4, timeout=0)
+            else:
+                p = asyncio.run(sem.acquire(4, timeout=0))
+            assert p is not None and p.permits == 4
+            assert sem.acquired_permits == 4
+            sem.release(p)
+        assert sem.holders() == {os.getpid(): 0}
         books(sem)
     finally:
         sem.close()

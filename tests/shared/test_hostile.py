@@ -271,3 +271,25 @@ def test_a_lock_word_naming_a_dead_or_unknown_holder_is_taken_over(impl, shm, na
     finally:
         os.close(fd)
         sem.close()
+
+
+@pytest.mark.parametrize("value", [(1 << 63) - 1, -(1 << 63)])
+def test_extreme_held_counts_are_no_internal_error(shm, name, value):
+    """A held count another process set to an int64 extreme: the sums over
+    it saturate (the pure twin raised struct.error from its arithmetic)."""
+    sem = shm.SharedSemaphore(name, 10, max_processes=2)
+    try:
+        q = sem.try_acquire(1)
+        lay = sc.Layout(1, 2, sc.nrecords(1, 10000, 2))
+        fd = os.open(sem.path, os.O_RDWR)
+        for s in range(2):
+            os.pwrite(fd, struct.pack("<q", value), lay.slot(s) + sc.S_HELD)
+        os.close(fd)
+        p = sem.try_acquire(1)
+        assert p is not None and p.permits == 1
+        sem.release(q)
+        sem.release(p)
+        assert set(sem.holders()) == {os.getpid()}
+        assert sem.acquire_blocking(2, timeout=1).permits == 2
+    finally:
+        sem.close()
