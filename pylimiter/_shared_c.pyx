@@ -645,7 +645,10 @@ cdef class SharedSemaphorePermit:
 
     @property
     def permits(self):
-        """The number of permits this object holds."""
+        """The number of permits this object holds (0 once its semaphore
+        is closed here: close() gave them back)."""
+        if self._sem._seg.closed:
+            return 0
         return self._permits
 
     def __enter__(self):
@@ -1086,13 +1089,12 @@ cdef class SharedSemaphore:
     cdef bint _shrink(self, _Seg seg, SharedSemaphorePermit permit, int64_t n) except -1:
         if permit._pending:
             raise RuntimeError(contract.MSG_UPDATE_IN_PROGRESS)
+        if seg.closed:
+            permit._permits = 0   # close() gave them back: growing is refused
         cdef int64_t cur = permit._permits
         if n > cur:
             return False
         if n == cur:
-            return True
-        if seg.closed:
-            permit._permits = n
             return True
         if seg.fast and plim_shm_fast_give(&seg.h, self._p, cur - n) == PLIM_SHM_OK:
             permit._permits = n

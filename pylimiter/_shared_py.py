@@ -879,7 +879,10 @@ class SharedSemaphorePermit(NoCopy):
 
     @property
     def permits(self) -> int:
-        """The number of permits this object holds."""
+        """The number of permits this object holds (0 once its semaphore
+        is closed here: close() gave them back)."""
+        if self._sem._seg.closed:
+            return 0
         return self._permits
 
     def __enter__(self) -> SharedSemaphorePermit:
@@ -1301,13 +1304,12 @@ class SharedSemaphore:
     def _shrink(self, seg: _Seg, permit: SharedSemaphorePermit, n: int) -> bool:
         if permit._pending is not None:
             raise RuntimeError(MSG_UPDATE_IN_PROGRESS)
+        if seg.closed:
+            permit._permits = 0   # close() gave them back: growing is refused
         cur = permit._permits
         if n > cur:
             return False
         if n == cur:
-            return True
-        if seg.closed:
-            permit._permits = n
             return True
 
         def give() -> list[int]:

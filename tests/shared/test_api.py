@@ -668,3 +668,23 @@ def test_a_dropped_semaphore_closes_its_descriptors_without_the_gc(shm, name, gc
         dual = shm.SharedDualMemoryLimiter(name + "d", 2, 2)
         del sem, dual
     assert fds() == before
+
+
+def test_permits_after_close_read_zero_and_cannot_grow(shm, name):
+    """close() gave the permits back: the permit objects say 0, an update
+    that would grow one is refused as closed, one to 0 is a no-op."""
+    sem = shm.SharedSemaphore(name, 5)
+    p = sem.acquire_blocking(4)
+    sem.close()
+    assert p.permits == 0
+    with pytest.raises(PermitAcquireAlreadyClosedError):
+        sem.update_blocking(p, 1)
+    with pytest.raises(PermitAcquireAlreadyClosedError):
+        asyncio.run(sem.update(p, 2))
+    assert sem.update_blocking(p, 0).permits == 0
+    sem.release(p)
+    other = shm.SharedSemaphore(name, 5)
+    try:
+        assert other.acquired_permits == 0 and other.try_acquire(5) is not None
+    finally:
+        other.close()
