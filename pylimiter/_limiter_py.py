@@ -1,9 +1,8 @@
 """Pure-Python implementation of pylimiter: the executable specification.
 
 It mirrors the C core step by step (``csrc/plim_sem.c``): one critical
-section guards the counter and the FIFO queue (``_Section``: a token the
-uncontended acquire and release only try for, as the core's fast paths try
-a CAS, and a lock that queues the slow paths), queue processing stops at a
+section guards the counter and the FIFO queue (a threading.Lock, taken
+with ``with`` so that no interrupt can leave it held), queue processing stops at a
 head that carries an ``is_cancelled`` check so that the check runs with no
 lock held, and a waiter is woken in the section that decides its fate (a
 thread through its lock, a task by joining its loop's wake batch), the
@@ -109,7 +108,6 @@ _LOCK_TIMEOUT_MAX = threading.TIMEOUT_MAX
 # asyncio's C accelerated lookup: the loop running in this thread, or None.
 _get_running_loop = asyncio.events._get_running_loop
 _new = object.__new__
-_sleep = time.sleep
 _Context = contextvars.Context
 _heappush = heapq.heappush
 _heappop = heapq.heappop
@@ -128,59 +126,13 @@ IsCancelled = Optional[Callable[[], object]]
 _Callback = Callable[[Any], object]
 
 
-class _Section:
-    """A semaphore's critical section, in two parts.
-
-    The state (counter, queue, permits' counts) belongs to whoever holds the
-    *token*: the one item of ``tok``, a list, taken by ``tok.pop()`` and
-    given back by ``tok.append(True)`` (both atomic, free-threaded builds
-    included, and several times cheaper than a threading.Lock's acquire and
-    release on 3.10-3.12).  The fast paths (an uncontended acquire, a
-    release nobody waits for) only *try* to take it, as the C core's
-    lock-free paths try a CAS: if it is taken they go the slow way.  The slow
-    paths (``with sem._cs:``) first take ``lock``, a threading.Lock that
-    queues them, then wait for the token, which a fast path holds for a few
-    bytecodes only (each try gives up the GIL with ``sleep(0)``).  So at
-    most one thread spins, and only against a fast path."""
-
-    __slots__ = ("lock", "tok")
-
-    def __init__(self) -> None:
-        self.lock = threading.Lock()
-        self.tok = [True]
-
-    def __enter__(self) -> None:
-        self.lock.acquire()
-        tok = self.tok
-        try:
-            while True:
-                try:
-                    tok.pop()
-                    return
-                except IndexError:
-                    _sleep(0)
-        except BaseException:   # interrupted while waiting for the token
-            self.lock.release()
-            raise
-
-    def __exit__(self, *exc: object) -> None:
-        self.tok.append(True)
-        self.lock.release()
-
-    def take(self, timeout: float) -> bool:
-        """Enter within ``timeout`` seconds, or give up (False)."""
-        if not self.lock.acquire(timeout=timeout):
-            return False
-        deadline = _monotonic() + timeout
-        while True:
-            try:
-                self.tok.pop()
-                return True
-            except IndexError:
-                if _monotonic() > deadline:
-                    self.lock.release()
-                    return False
-                _sleep(0)
+# The critical section is a threading.Lock taken with `with`: its __enter__
+# and __exit__ are C, and CPython runs no signal handler between the lock's
+# acquisition and the protected block, nor inside __exit__, so a
+# KeyboardInterrupt can never leave it held (a token in a list, taken with
+# pop() and given back with append(), was cheaper but could be lost to an
+# interrupt right after the pop or at a Python-level __exit__'s entry, and
+# every thread then waited for it for ever: issue 32's signal storms).
 
 
 # ---- never-awaited requests, without a finaliser on the hot path ---------------
@@ -277,8 +229,12 @@ class SemaphorePermit(NoCopy):
         return f"<SemaphorePermit permits={self._permits}>"
 
     def __del__(self) -> None:
-        if self._permits:
-            warn_leaked_permit(self._sem, self._permits)
+        try:
+            n = self._permits
+        except AttributeError:   # made, then dropped by an interrupt before it was set up
+            return
+        if n:
+            warn_leaked_permit(self._sem, n)
 
 
 def _new_permit(sem: AsyncSemaphore, permits: int) -> SemaphorePermit:
@@ -739,35 +695,29 @@ class _Request(NoCopy, ReleasingRequest[SemaphorePermit]):
         try:
             if self._permit is None and self._is_cancelled is None:
                 # plim_try_acquire, inline: nobody queues (bounded) and it
-                # fits.  Only tried: if another thread holds the token, the
-                # slow path below waits for it.
+                # fits.  The permit is made first: past the first count
+                # below, nothing calls out (no signal handler runs) until
+                # the permit holds what was counted.
                 n = self._n
-                tok = sem._tok
-                try:
-                    tok.pop()
-                except IndexError:
-                    pass
-                else:
-                    try:
-                        avail = sem._avail
-                        if not sem._closed and (
-                            (not sem._queue and avail >= n) if sem._bounded
-                            else avail - n >= -MAX_ACQUIRED
-                        ):
-                            sem._avail = avail - n
-                            sem._acquired_total += 1
-                            sem._wait_counts[0] += 1
-                            p: SemaphorePermit = _new(SemaphorePermit)
-                            p._sem = sem
-                            p._permits = n
-                            p._pending = None
-                            n = -1
-                    finally:
-                        tok.append(True)
-                    if n < 0:
-                        if self._mode:
-                            return self._granted(p)
-                        return p
+                p: SemaphorePermit = _new(SemaphorePermit)
+                p._sem = sem
+                p._permits = 0
+                p._pending = None
+                with sem._cs:
+                    avail = sem._avail
+                    if not sem._closed and (
+                        (not sem._queue and avail >= n) if sem._bounded
+                        else avail - n >= -MAX_ACQUIRED
+                    ):
+                        sem._avail = avail - n
+                        p._permits = n
+                        sem._acquired_total += 1
+                        sem._wait_counts[0] += 1
+                        n = -1
+                if n < 0:
+                    if self._mode:
+                        return self._granted(p)
+                    return p
             p = yield from sem._acquire_slow(self._permit, self._n, self._timeout,
                                              self._is_cancelled)
             return self._granted(p)
@@ -864,8 +814,7 @@ class AsyncSemaphore(NoCopy):
         self._max_queue = max_queue_size
         self._queue: OrderedDict[_Waiter, None] = OrderedDict()
         self._closed = False
-        self._cs = _Section()        # `with self._cs:` is the slow critical section
-        self._tok = self._cs.tok     # the fast paths only try for its token
+        self._cs = threading.Lock()   # `with self._cs:`: the critical section
         # The largest request acquire() takes without a closer look: any
         # other is checked (and refused or converted) by check_permits; -1
         # while not ready and once closed.
@@ -1040,13 +989,7 @@ class AsyncSemaphore(NoCopy):
         Releasing again is a no-op; works after close."""
         if type(permit) is not SemaphorePermit or permit._sem is not self:
             raise permit_error(permit, SemaphorePermit)
-        tok = self._tok
-        try:
-            tok.pop()
-        except IndexError:   # taken: the slow path waits for it
-            self._release_slow(permit)
-            return
-        try:
+        with self._cs:
             n = permit._permits
             if n == 0:
                 return
@@ -1055,8 +998,6 @@ class AsyncSemaphore(NoCopy):
                 permit._permits = 0
                 self._avail += n
                 return
-        finally:
-            tok.append(True)
         self._release_slow(permit)
 
     def _release_slow(self, permit: SemaphorePermit) -> None:
@@ -1172,8 +1113,7 @@ class AsyncSemaphore(NoCopy):
         woken: their threads do not exist here, and their loops are the
         parent's.  A fresh critical section: the forking thread holds the
         old one."""
-        self._cs = _Section()
-        self._tok = self._cs.tok
+        self._cs = threading.Lock()
         for w in self._queue:
             w.state = W_REMOVED
             p = w.permit
@@ -1205,7 +1145,8 @@ class AsyncSemaphore(NoCopy):
         permit._permits += need
         self._record_wait_locked(0.0)
 
-    def _leave_locked(self, w: _Waiter, state: int, post: bool = True) -> None:
+    def _leave_locked(self, w: _Waiter, state: int, post: bool = True,
+                      woken: bool = False) -> None:
         """A waiter leaves the queue for good (the caller unlinked it).
 
         It is woken here, in the same critical section that decides its
@@ -1213,18 +1154,20 @@ class AsyncSemaphore(NoCopy):
         joining its loop's wake batch (``post``; not when its own task is
         the one leaving), so that nothing which interrupts the caller after
         the lock is dropped can lose the wake-up.  Scheduling the batch's
-        runner is left to the caller, after the lock (``_wake_all``)."""
-        w.state = state
-        lock = w.lock
-        if lock is not None:
-            lock.release()
-        elif post and w.ls is not None and not w.posted:
-            w.posted = True
-            ls = w.ls
-            if ls.batch is None:
-                ls.batch = [w]
-            else:
-                ls.batch.append(w)
+        runner is left to the caller, after the lock (``_wake_all``).
+        ``woken``: the caller has set the state and woken it already."""
+        if not woken:
+            w.state = state
+            lock = w.lock
+            if lock is not None:
+                lock.release()
+            elif post and w.ls is not None and not w.posted:
+                w.posted = True
+                ls = w.ls
+                if ls.batch is None:
+                    ls.batch = [w]
+                else:
+                    ls.batch.append(w)
         if w.ls is not None:
             w.ls.nq -= 1
         p = w.permit
@@ -1235,14 +1178,6 @@ class AsyncSemaphore(NoCopy):
         # reference still keeps
         w.check = None
 
-    def _grant_locked(self, w: _Waiter, now: float) -> None:
-        assert w.permit is not None
-        self._avail -= w.need
-        w.granted = w.need
-        w.permit._permits += w.need
-        self._leave_locked(w, W_GRANTED)
-        self._record_wait_locked(max(0.0, now - w.enqueued))
-
     def _process_locked(self, checked: _Waiter | None,
                         done: list[_Waiter]) -> _Waiter | None:
         """Grant heads while they fit; stop at a head with a check that has
@@ -1250,21 +1185,62 @@ class AsyncSemaphore(NoCopy):
         Unbounded, grant without asking, as long as nothing overflows."""
         q = self._queue
         now = None
-        while q:
-            h = next(iter(q))
-            if self._bounded:
-                if h.check is not None and h is not checked:
-                    return h
-                if self._avail < h.need:
+        h = None
+        asked = checked
+        try:
+            while q:
+                h = next(iter(q))
+                if self._bounded:
+                    if h.check is not None and h is not checked:
+                        return h
+                    if self._avail < h.need:
+                        break
+                elif h.need - self._avail > MAX_ACQUIRED:
                     break
-            elif h.need - self._avail > MAX_ACQUIRED:
-                break
-            del q[h]
-            if now is None:
-                now = _monotonic()
-            self._grant_locked(h, now)
-            done.append(h)
-            checked = None
+                if now is None:
+                    now = _monotonic()
+                # From the unlink to the wake-up nothing here calls out, so
+                # no signal handler runs in between and an interrupt cannot
+                # lose the grant (G2): _grant_locked's and _leave_locked's
+                # first steps, inline.
+                need = h.need
+                del q[h]
+                self._avail -= need
+                h.granted = need
+                h.permit._permits += need   # type: ignore[union-attr]
+                h.state = W_GRANTED
+                lock = h.lock
+                if lock is not None:
+                    lock.release()
+                elif h.ls is not None and not h.posted:
+                    h.posted = True
+                    ls = h.ls
+                    if ls.batch is None:
+                        ls.batch = [h]
+                    else:
+                        ls.batch.append(h)
+                done.append(h)
+                self._leave_locked(h, W_GRANTED, woken=True)
+                self._record_wait_locked(max(0.0, now - h.enqueued))
+                checked = None
+        except BaseException:
+            # Interrupted (a signal handler's KeyboardInterrupt, at a call):
+            # the job is finished before it propagates -- the heads that fit
+            # are granted, and as the callers' _settle will not run, the
+            # tasks granted so far have their loops' batches scheduled here.
+            # A head whose state says granted was woken already (nothing
+            # calls out between the two).
+            if h is not None and h.state == W_GRANTED and h not in done:
+                done.append(h)
+            try:
+                self._process_locked(asked, done)
+            except BaseException:   # the first interrupt is the one reported
+                pass
+            try:
+                self._wake_all(done)
+            except BaseException:
+                pass
+            raise
         return None
 
     def _return_permits(self, n: int) -> None:
@@ -1632,13 +1608,13 @@ _FORK_LOCK_WAIT_S = 1.0
 
 def _before_fork() -> None:
     for sem in list(_SEMAPHORES):
-        if sem._cs.take(_FORK_LOCK_WAIT_S):
+        if sem._cs.acquire(timeout=_FORK_LOCK_WAIT_S):
             _held_at_fork.append(sem)
 
 
 def _after_fork_in_parent() -> None:
     while _held_at_fork:
-        _held_at_fork.pop()._cs.__exit__()
+        _held_at_fork.pop()._cs.release()
 
 
 def _after_fork_in_child() -> None:

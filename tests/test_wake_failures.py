@@ -341,9 +341,9 @@ class _Interrupter:
 
     def local(self, frame, event, arg):
         # After the grant (the waiter left the queue) and the critical
-        # section (its token is back).
+        # section (it is free again).
         if event == "line" and not self.fired and self.sem.queue_size == 0 \
-                and self.sem._tok:
+                and not self.sem._cs.locked():
             self.seen += 1
             if self.seen == self.k:
                 self.fired = True
