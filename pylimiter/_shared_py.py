@@ -483,7 +483,8 @@ class _Seg:
             offs = [self.slotoff(s) + S_STATE for s in range(self.maxp)]
             st = self._states = struct.Struct(
                 "<I" + "".join(f"{b - a - 4}xI" for a, b in zip(offs, offs[1:])))
-        for s, state in enumerate(st.unpack_from(self.mm, self.slotoff(0) + S_STATE)):
+        states = st.unpack_from(self.mm, self.slotoff(0) + S_STATE)   # type: ignore[arg-type]
+        for s, state in enumerate(states):
             if state != SLOT_FREE and not self.alive(s):
                 return True
         return False
