@@ -1721,6 +1721,13 @@ int plim_shm_audit_locked(plim_shm_t *h, uint32_t p, int64_t out[6])
 {
     plim_shm_pool_t *P = pool_at(h, p);
     int64_t held = 0, granted = 0, queued = 0, linked = 0;
+    /* A snapshot: the lock-free paths of live processes move the word and
+     * their fheld[] without the lock, so they are held off (RECOVERING, as
+     * for a repair) while the facts are read, then let go again, unless a
+     * repair had left the flag for a later round. */
+    int was_recovering =
+        (atomic_load_explicit(&P->word, memory_order_acquire) & W_RECOVERING) != 0;
+    quiesce(h, QUIESCE_NS, 1u << p);
     for (uint32_t s = 0; s < h->maxp; s++)
         if (LD(slot_at(h, s)->state) == PLIM_SHM_SLOT_LIVE)
             held = sat_add(held, sat_add(LD(slot_at(h, s)->held[p]),
@@ -1747,6 +1754,8 @@ int plim_shm_audit_locked(plim_shm_t *h, uint32_t p, int64_t out[6])
     out[3] = LD(P->qlen);
     out[4] = queued;
     out[5] = linked;
+    if (!was_recovering)
+        word_flag(P, W_RECOVERING, 0);
     return PLIM_SHM_OK;
 }
 
