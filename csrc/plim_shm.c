@@ -1072,14 +1072,8 @@ int plim_shm_sweep_locked(plim_shm_t *h, int force)
         repair_locked(h, -1);
         return PLIM_SHM_OK;
     }
-    for (uint32_t s = 0; s < h->maxp; s++) {
-        if ((int32_t)s == h->slot || LD(slot_at(h, s)->state) == PLIM_SHM_SLOT_FREE)
-            continue;
-        if (!slot_alive(h, s)) {
-            repair_locked(h, -1);
-            return PLIM_SHM_OK;
-        }
-    }
+    if (plim_shm_any_dead(h))
+        repair_locked(h, -1);
     return PLIM_SHM_OK;
 }
 

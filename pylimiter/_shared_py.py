@@ -502,9 +502,8 @@ class _Seg:
         if not force and not self.sweep_due():
             return []
         self.set_i64(H_SWEEP, _monotonic_ns())
-        for s in range(self.maxp):
-            if self.u32(self.slotoff(s) + S_STATE) != SLOT_FREE and not self.alive(s):
-                return self.repair_locked()
+        if self.any_dead():
+            return self.repair_locked()
         return []
 
     def repair_locked(self) -> list[int]:
