@@ -343,7 +343,7 @@ class _Interrupter:
         # After the grant (the waiter left the queue) and the critical
         # section (it is free again).
         if event == "line" and not self.fired and self.sem.queue_size == 0 \
-                and not self.sem._cs.locked():
+                and not self.sem._cs.locked() and self.sem._tok:
             self.seen += 1
             if self.seen == self.k:
                 self.fired = True
