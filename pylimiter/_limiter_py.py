@@ -127,46 +127,65 @@ IsCancelled = Optional[Callable[[], object]]
 _Callback = Callable[[Any], object]
 
 
-# The critical section, in two parts that are each safe against a
-# KeyboardInterrupt from a signal handler (CPython runs handlers only at a
-# Python function's entry and right after a call returns, never between
-# other bytecodes):
+# The critical section.  Whoever changes a semaphore's state holds its
+# *token*: the one item of the list ``_tok``.  It must survive a
+# KeyboardInterrupt from a signal handler (which CPython runs only at a
+# Python function's entry, after a call returns and at a backward jump,
+# never between other bytecodes), and a finaliser the collector runs at
+# those same points (on 3.12+ in whichever thread reaches one first).
 #
-# - ``_cs``, a threading.Lock, always taken with `with` (its __enter__ and
-#   __exit__ are C, and no handler runs between the acquisition and the
-#   block): the slow paths' section;
-# - ``_tok``, a list holding one token, which only the two uncontended fast
-#   paths take (an await that fits, a release nobody waits for), as the C
-#   core's lock-free paths try one CAS.  It is taken with `del tok[0]` (a
-#   bytecode, not a call: no handler can run between the take and the
-#   `try` whose `finally` gives it back with `tok.append(True)`), and with
-#   the token in hand a fast path touches the state only if ``_cs`` is free,
-#   else it gives the token back and goes the slow way.  A slow path, once
-#   in ``_cs``, waits for the token to be back (_await_token): a fast path
-#   holds it for a few bytecodes only.  So the state has one owner at a
-#   time, and neither part can be lost to an interrupt.
+# - The two uncontended fast paths (an await that fits, a release with
+#   nothing to hand over), as the C core's lock-free paths try one CAS, take
+#   it with `del tok[0]` -- a bytecode, not a call -- and give it back in the
+#   `finally` of a `try` that starts right after, with no call in between:
+#   nothing can run while they hold it.  If it is taken they go the slow way.
+# - The slow paths first take ``_cs``, a threading.Lock (always with `with`:
+#   its __enter__ and __exit__ are C), which queues them, then the token
+#   (_own), and give the token back (_disown) in a `finally`.  A slow path
+#   interrupted after taking the token but before its `try` (a call returns
+#   in between) leaves it marked ``_slow_owned``: the next slow path, in
+#   ``_cs`` and so after it, takes it over (_own).
 #
 # A `with` on a Lock costs about 230 ns on 3.11 (two bound methods and an
 # argument tuple), the token about 35 ns: the uncontended await+release
-# took 3.5x asyncio.Semaphore's time with the Lock alone, 2.5x with the
+# took 3.5x asyncio.Semaphore's time with the Lock alone, 2.6x with the
 # token.  A token taken with pop() -- a call -- could be lost to an
-# interrupt right after the pop, and every thread then waited for it for
-# ever (issue 32's signal storms); hence `del`.
+# interrupt right after it, and every thread then waited for it for ever
+# (issue 32's signal storms); hence `del`, and no call in the fast paths'
+# hold (a `lock.locked()` there let the 3.12 collector run a finaliser
+# that released a permit, and that thread then waited for its own token).
+# A finaliser or signal handler that calls into a semaphore while its own
+# thread is inside a slow path (at one of its calls) still waits for ever,
+# as with any non-reentrant lock.  So does a Python-level trace or profile
+# function that raises at a line of a fast path (its events fall between
+# bytecodes that are otherwise never interrupted).
 
 
-def _await_token(tok: list[bool]) -> None:
-    """Inside ``_cs``: wait until no fast path holds the token.  A fast path
-    that found ``_cs`` free before this thread took it is the only holder
-    possible, and it gives the token back after a few bytecodes (it may
-    have been switched out right after its check: sleep(0) lets it run;
-    or it may be running a signal handler there, hence the back-off).
-    A signal handler or finaliser that calls into the semaphore whose
-    section its own thread holds waits for ever, as with any
-    non-reentrant lock (a slow path's calls are such points too)."""
+def _own(sem: AsyncSemaphore) -> None:
+    """Inside ``sem._cs``: take the token.  A fast path holds it for a few
+    bytecodes at most (with the GIL it never even holds it while another
+    thread runs, but a free-threaded build or a tracer could), so wait for
+    it, giving up the GIL; a slow path that lost it to an interrupt (it is
+    in none of them now: we hold ``_cs``) left it marked, so take it over."""
+    if sem._slow_owned:
+        return
+    tok = sem._tok
     tries = 0
-    while not tok:
-        _sleep(0 if tries < 1000 else 0.0001)
-        tries += 1
+    while True:
+        try:
+            del tok[0]
+        except IndexError:
+            _sleep(0 if tries < 1000 else 0.0001)
+            tries += 1
+        else:
+            sem._slow_owned = True   # no call between the take and the mark
+            return
+
+
+def _disown(sem: AsyncSemaphore) -> None:
+    """Give the token back (unmarked first: nothing runs in between)."""
+    sem._slow_owned = False
+    sem._tok.append(True)
 
 
 # ---- never-awaited requests, without a finaliser on the hot path ---------------
@@ -447,12 +466,14 @@ class _LoopState(NoCopy):
         """Under the lock: True if a batch is pending with no runner on its
         way, which the caller is now to schedule."""
         with self.sem._cs:
-            if not self.sem._tok:
-                _await_token(self.sem._tok)
-            if self.batch is None or self.scheduled:
-                return False
-            self.scheduled = True
-            return True
+            _own(self.sem)
+            try:
+                if self.batch is None or self.scheduled:
+                    return False
+                self.scheduled = True
+                return True
+            finally:
+                _disown(self.sem)
 
     def schedule(self) -> None:
         """Make sure a runner is scheduled for the pending batch.
@@ -484,9 +505,11 @@ class _LoopState(NoCopy):
             except BaseException as exc:
                 if claimed:
                     with self.sem._cs:
-                        if not self.sem._tok:
-                            _await_token(self.sem._tok)
-                        self.scheduled = False
+                        _own(self.sem)
+                        try:
+                            self.scheduled = False
+                        finally:
+                            _disown(self.sem)
                 if pending is None:
                     pending = exc
                 if isinstance(exc, RuntimeError) and _is_closed(loop):
@@ -508,11 +531,13 @@ class _LoopState(NoCopy):
         asyncio callback, and what is left of the batch runs next time."""
         sem = self.sem
         with sem._cs:
-            if not sem._tok:
-                _await_token(sem._tok)
-            batch = self.batch
-            self.batch = None
-            self.scheduled = False
+            _own(sem)
+            try:
+                batch = self.batch
+                self.batch = None
+                self.scheduled = False
+            finally:
+                _disown(sem)
         if batch is None:
             self.tidy()
             return
@@ -611,12 +636,14 @@ class _LoopState(NoCopy):
         self.prune()
         sem = self.sem
         with sem._cs:
-            if not sem._tok:
-                _await_token(sem._tok)
-            if self.nq or self.batch is not None:
-                return
-            if sem._loops.get(self.loop) is self:
-                del sem._loops[self.loop]
+            _own(sem)
+            try:
+                if self.nq or self.batch is not None:
+                    return
+                if sem._loops.get(self.loop) is self:
+                    del sem._loops[self.loop]
+            finally:
+                _disown(sem)
         self.deadlines.clear()
         self.late.clear()
         if self.timer is not None:
@@ -747,22 +774,21 @@ class _Request(NoCopy, ReleasingRequest[SemaphorePermit]):
                 p._pending = None
                 tok = sem._tok
                 try:
-                    del tok[0]   # the token (see _await_token): no call, so no interrupt
+                    del tok[0]   # the token (see _own): a bytecode, so no interrupt
                 except IndexError:
-                    pass   # another fast path has it: the slow path below
+                    pass   # somebody has it: the slow path below
                 else:
                     try:
-                        if not sem._cs.locked():
-                            avail = sem._avail
-                            if not sem._closed and (
-                                (not sem._queue and avail >= n) if sem._bounded
-                                else avail - n >= -MAX_ACQUIRED
-                            ):
-                                sem._avail = avail - n
-                                p._permits = n
-                                sem._acquired_total += 1
-                                sem._wait_counts[0] += 1
-                                n = -1
+                        avail = sem._avail
+                        if not sem._closed and (
+                            (not sem._queue and avail >= n) if sem._bounded
+                            else avail - n >= -MAX_ACQUIRED
+                        ):
+                            sem._avail = avail - n
+                            p._permits = n
+                            sem._acquired_total += 1
+                            sem._wait_counts[0] += 1
+                            n = -1
                     finally:
                         tok.append(True)
                 if n < 0:
@@ -785,10 +811,12 @@ class _Request(NoCopy, ReleasingRequest[SemaphorePermit]):
             # `async with sem:`: the semaphore holds the permit.
             sem = self._sem
             with sem._cs:
-                if not sem._tok:
-                    _await_token(sem._tok)
-                sem._anon += p._permits
-                p._permits = 0
+                _own(sem)
+                try:
+                    sem._anon += p._permits
+                    p._permits = 0
+                finally:
+                    _disown(sem)
             return None
         if self._mode == 1:
             self._result = p   # for the exit of `async with request`
@@ -868,7 +896,8 @@ class AsyncSemaphore(NoCopy):
         self._queue: OrderedDict[_Waiter, None] = OrderedDict()
         self._closed = False
         self._cs = threading.Lock()   # `with self._cs:`: the critical section
-        self._tok = [True]            # and the fast paths' token (_await_token)
+        self._tok = [True]            # and the state's token (see _own)
+        self._slow_owned = False
         # The largest request acquire() takes without a closer look: any
         # other is checked (and refused or converted) by check_permits; -1
         # while not ready and once closed.
@@ -1030,15 +1059,17 @@ class AsyncSemaphore(NoCopy):
             raise self._unready()
         n = check_permits(permits, self._max, self._bounded)
         with self._cs:
-            if not self._tok:
-                _await_token(self._tok)
-            if self._closed:
-                raise closed_error()
-            if not self._fits_now_locked(n):
-                return None
-            permit = _new_permit(self, 0)
-            self._take_locked(permit, n)
-            return permit
+            _own(self)
+            try:
+                if self._closed:
+                    raise closed_error()
+                if not self._fits_now_locked(n):
+                    return None
+                permit = _new_permit(self, 0)
+                self._take_locked(permit, n)
+                return permit
+            finally:
+                _disown(self)
 
     def release(self, permit: SemaphorePermit) -> None:
         """Give back everything ``permit`` holds and set it to 0.
@@ -1047,20 +1078,19 @@ class AsyncSemaphore(NoCopy):
             raise permit_error(permit, SemaphorePermit)
         tok = self._tok
         try:
-            del tok[0]   # the token (see _await_token): no call, so no interrupt
-        except IndexError:   # another fast path has it
+            del tok[0]   # the token (see _own): a bytecode, so no interrupt
+        except IndexError:   # somebody has it
             self._release_slow(permit)
             return
         try:
-            if not self._cs.locked():
-                n = permit._permits
-                if n == 0:
-                    return
-                if permit._pending is None and not self._queue:
-                    # plim_release's fast CAS: nothing to hand over.
-                    permit._permits = 0
-                    self._avail += n
-                    return
+            n = permit._permits
+            if n == 0:
+                return
+            if permit._pending is None and not self._queue:
+                # plim_release's fast CAS: nothing to hand over.
+                permit._permits = 0
+                self._avail += n
+                return
         finally:
             tok.append(True)
         self._release_slow(permit)
@@ -1068,20 +1098,22 @@ class AsyncSemaphore(NoCopy):
     def _release_slow(self, permit: SemaphorePermit) -> None:
         done: list[_Waiter] = []
         with self._cs:
-            if not self._tok:
-                _await_token(self._tok)
-            n = permit._permits
-            if n == 0:
-                return
-            permit._permits = 0
-            pending = permit._pending
-            if pending is not None and pending.state == W_QUEUED:
-                # Its update now has to take the whole new size.
-                pending.need += n
-            self._avail += n
-            if not self._queue:
-                return
-            check = self._process_locked(None, done)
+            _own(self)
+            try:
+                n = permit._permits
+                if n == 0:
+                    return
+                permit._permits = 0
+                pending = permit._pending
+                if pending is not None and pending.state == W_QUEUED:
+                    # Its update now has to take the whole new size.
+                    pending.need += n
+                self._avail += n
+                if not self._queue:
+                    return
+                check = self._process_locked(None, done)
+            finally:
+                _disown(self)
         self._settle(check, done)
 
     if TYPE_CHECKING:
@@ -1102,11 +1134,13 @@ class AsyncSemaphore(NoCopy):
             if not self._ready:
                 raise self._unready()
             with self._cs:
-                if not self._tok:
-                    _await_token(self._tok)
-                if self._anon <= 0:
-                    raise RuntimeError(MSG_ANON_EXIT)
-                self._anon -= 1
+                _own(self)
+                try:
+                    if self._anon <= 0:
+                        raise RuntimeError(MSG_ANON_EXIT)
+                    self._anon -= 1
+                finally:
+                    _disown(self)
             self._return_permits(1)
             return DONE
 
@@ -1117,14 +1151,16 @@ class AsyncSemaphore(NoCopy):
             raise self._unready()
         done: list[_Waiter] = []
         with self._cs:
-            if not self._tok:
-                _await_token(self._tok)
-            self._closed = True
-            self._lim = -1
-            while self._queue:
-                w, _ = self._queue.popitem(last=False)
-                self._leave_locked(w, W_CLOSED)
-                done.append(w)
+            _own(self)
+            try:
+                self._closed = True
+                self._lim = -1
+                while self._queue:
+                    w, _ = self._queue.popitem(last=False)
+                    self._leave_locked(w, W_CLOSED)
+                    done.append(w)
+            finally:
+                _disown(self)
         self._wake_all(done)
 
     def set_max_permits(self, max_permits: int) -> None:
@@ -1139,22 +1175,24 @@ class AsyncSemaphore(NoCopy):
             raise self._unready()
         done: list[_Waiter] = []
         with self._cs:
-            if not self._tok:
-                _await_token(self._tok)
-            old_limit = self._max if self._bounded else 0
-            self._avail += (max(0, m)) - old_limit
-            self._max = m
-            self._bounded = m > 0
-            if not self._closed:
-                self._lim = m if m > 0 else MAX_PERMITS
-            if self._bounded:
-                for w in list(self._queue):
-                    if w.total > m:
-                        del self._queue[w]
-                        w.limit = m
-                        self._leave_locked(w, W_TOO_LARGE)
-                        done.append(w)
-            check = self._process_locked(None, done)
+            _own(self)
+            try:
+                old_limit = self._max if self._bounded else 0
+                self._avail += (max(0, m)) - old_limit
+                self._max = m
+                self._bounded = m > 0
+                if not self._closed:
+                    self._lim = m if m > 0 else MAX_PERMITS
+                if self._bounded:
+                    for w in list(self._queue):
+                        if w.total > m:
+                            del self._queue[w]
+                            w.limit = m
+                            self._leave_locked(w, W_TOO_LARGE)
+                            done.append(w)
+                check = self._process_locked(None, done)
+            finally:
+                _disown(self)
         self._settle(check, done)
 
     def stats(self) -> SemaphoreStats:
@@ -1162,23 +1200,25 @@ class AsyncSemaphore(NoCopy):
         if not self._ready:
             raise self._unready()
         with self._cs:
-            if not self._tok:
-                _await_token(self._tok)
-            count = sum(self._wait_counts)
-            return SemaphoreStats(
-                max_permits=self._max,
-                acquired_permits=self.acquired_permits,
-                available_permits=self.available_permits,
-                queue_size=len(self._queue),
-                max_queue_size=self._max_queue,
-                acquired_total=self._acquired_total,
-                timeout_total=self._timeout_total,
-                queue_full_total=self._queue_full_total,
-                cancelled_total=self._cancelled_total,
-                wait_seconds_sum=self._wait_sum,
-                wait_seconds_count=count,
-                wait_seconds_buckets=cumulative_buckets(self._wait_counts),
-            )
+            _own(self)
+            try:
+                count = sum(self._wait_counts)
+                return SemaphoreStats(
+                    max_permits=self._max,
+                    acquired_permits=self.acquired_permits,
+                    available_permits=self.available_permits,
+                    queue_size=len(self._queue),
+                    max_queue_size=self._max_queue,
+                    acquired_total=self._acquired_total,
+                    timeout_total=self._timeout_total,
+                    queue_full_total=self._queue_full_total,
+                    cancelled_total=self._cancelled_total,
+                    wait_seconds_sum=self._wait_sum,
+                    wait_seconds_count=count,
+                    wait_seconds_buckets=cumulative_buckets(self._wait_counts),
+                )
+            finally:
+                _disown(self)
 
     # ---- the algorithm (mirrors plim_sem.c) -----------------------------
 
@@ -1190,6 +1230,7 @@ class AsyncSemaphore(NoCopy):
         old one."""
         self._cs = threading.Lock()
         self._tok = [True]   # a thread of the parent's may have held it
+        self._slow_owned = False
         for w in self._queue:
             w.state = W_REMOVED
             p = w.permit
@@ -1322,13 +1363,15 @@ class AsyncSemaphore(NoCopy):
     def _return_permits(self, n: int) -> None:
         """Give ``n`` permits held by no permit object back to the pool."""
         with self._cs:
-            if not self._tok:
-                _await_token(self._tok)
-            self._avail += n
-            if not self._queue:
-                return
-            done: list[_Waiter] = []
-            check = self._process_locked(None, done)
+            _own(self)
+            try:
+                self._avail += n
+                if not self._queue:
+                    return
+                done: list[_Waiter] = []
+                check = self._process_locked(None, done)
+            finally:
+                _disown(self)
         self._settle(check, done)
 
     def _settle(self, check: _Waiter | None, done: list[_Waiter]) -> None:
@@ -1353,20 +1396,22 @@ class AsyncSemaphore(NoCopy):
                     if pending is None:
                         pending = exc
                 with self._cs:
-                    if not self._tok:
-                        _await_token(self._tok)
-                    if self._queue and next(iter(self._queue)) is check:
-                        if cancelled:
-                            del self._queue[check]
-                            check.cause = cause
-                            self._cancelled_total += 1
-                            self._leave_locked(check, W_CANCELLED)
-                            done.append(check)
-                            check = self._process_locked(None, done)
+                    _own(self)
+                    try:
+                        if self._queue and next(iter(self._queue)) is check:
+                            if cancelled:
+                                del self._queue[check]
+                                check.cause = cause
+                                self._cancelled_total += 1
+                                self._leave_locked(check, W_CANCELLED)
+                                done.append(check)
+                                check = self._process_locked(None, done)
+                            else:
+                                check = self._process_locked(check, done)
                         else:
-                            check = self._process_locked(check, done)
-                    else:
-                        check = self._process_locked(None, done)
+                            check = self._process_locked(None, done)
+                    finally:
+                        _disown(self)
         except BaseException as exc:
             if pending is None:
                 pending = exc
@@ -1411,23 +1456,27 @@ class AsyncSemaphore(NoCopy):
         if not rest:
             return
         with self._cs:
-            if not self._tok:
-                _await_token(self._tok)
-            if ls.batch is None:
-                ls.batch = rest
-            else:
-                ls.batch[:0] = rest
+            _own(self)
+            try:
+                if ls.batch is None:
+                    ls.batch = rest
+                else:
+                    ls.batch[:0] = rest
+            finally:
+                _disown(self)
         ls.schedule()
 
     def _drop_batch(self, ls: _LoopState) -> None:
         """The batch's loop is closed: give back grants nobody will take,
         and forget the loop if nothing of it is left."""
         with self._cs:
-            if not self._tok:
-                _await_token(self._tok)
-            batch = ls.batch or []
-            ls.batch = None
-            ls.scheduled = False
+            _own(self)
+            try:
+                batch = ls.batch or []
+                ls.batch = None
+                ls.scheduled = False
+            finally:
+                _disown(self)
         pending: BaseException | None = None
         for w in batch:
             try:
@@ -1444,10 +1493,12 @@ class AsyncSemaphore(NoCopy):
         done: list[_Waiter] = []
         check = None
         with self._cs:
-            if not self._tok:
-                _await_token(self._tok)
-            if w.state == W_GRANTED and not w.reverted:
-                check = self._give_back_locked(w, done)
+            _own(self)
+            try:
+                if w.state == W_GRANTED and not w.reverted:
+                    check = self._give_back_locked(w, done)
+            finally:
+                _disown(self)
         self._settle(check, done)
 
     def _give_back_locked(self, w: _Waiter, done: list[_Waiter]) -> _Waiter | None:
@@ -1465,23 +1516,25 @@ class AsyncSemaphore(NoCopy):
         done: list[_Waiter] = []
         check = None
         with self._cs:
-            if not self._tok:
-                _await_token(self._tok)
-            if w.state == W_QUEUED:
-                was_head = next(iter(self._queue)) is w
-                del self._queue[w]
-                self._leave_locked(w, W_REMOVED, post)
-                if timed_out:
-                    self._timeout_total += 1
-                else:
+            _own(self)
+            try:
+                if w.state == W_QUEUED:
+                    was_head = next(iter(self._queue)) is w
+                    del self._queue[w]
+                    self._leave_locked(w, W_REMOVED, post)
+                    if timed_out:
+                        self._timeout_total += 1
+                    else:
+                        self._cancelled_total += 1
+                    if post:
+                        done.append(w)
+                    if was_head:
+                        check = self._process_locked(None, done)
+                elif w.state == W_GRANTED and not timed_out and not w.reverted:
                     self._cancelled_total += 1
-                if post:
-                    done.append(w)
-                if was_head:
-                    check = self._process_locked(None, done)
-            elif w.state == W_GRANTED and not timed_out and not w.reverted:
-                self._cancelled_total += 1
-                check = self._give_back_locked(w, done)
+                    check = self._give_back_locked(w, done)
+            finally:
+                _disown(self)
         self._settle(check, done)
 
     def _cancel_waiter(self, w: _Waiter, msg: str | None) -> bool:
@@ -1499,14 +1552,16 @@ class AsyncSemaphore(NoCopy):
             w.is_cancelled = True
             w.cancel_msg = msg
             with self._cs:
-                if not self._tok:
-                    _await_token(self._tok)
-                if not w.posted:
-                    w.posted = True
-                    if ls.batch is None:
-                        ls.batch = [w]
-                    else:
-                        ls.batch.append(w)
+                _own(self)
+                try:
+                    if not w.posted:
+                        w.posted = True
+                        if ls.batch is None:
+                            ls.batch = [w]
+                        else:
+                            ls.batch.append(w)
+                finally:
+                    _disown(self)
             ls.schedule()
         return True
 
@@ -1529,17 +1584,19 @@ class AsyncSemaphore(NoCopy):
         done: list[_Waiter] = []
         check = None
         with self._cs:
-            if not self._tok:
-                _await_token(self._tok)
-            if permit._pending is not None:
-                raise RuntimeError(MSG_UPDATE_IN_PROGRESS)
-            cur = permit._permits
-            if n > cur:
-                return False
-            permit._permits = n
-            if n < cur:
-                self._avail += cur - n
-                check = self._process_locked(None, done)
+            _own(self)
+            try:
+                if permit._pending is not None:
+                    raise RuntimeError(MSG_UPDATE_IN_PROGRESS)
+                cur = permit._permits
+                if n > cur:
+                    return False
+                permit._permits = n
+                if n < cur:
+                    self._avail += cur - n
+                    check = self._process_locked(None, done)
+            finally:
+                _disown(self)
         self._settle(check, done)
         return True
 
@@ -1556,51 +1613,53 @@ class AsyncSemaphore(NoCopy):
             return permit
         loop = None if blocking else _get_running_loop()
         with self._cs:
-            if not self._tok:
-                _await_token(self._tok)
-            if permit is None:
-                permit = _new_permit(self, 0)
-            elif permit._pending is not None or permit._permits >= n:
-                # Another thread's update of this permit ran since _shrink.
-                raise RuntimeError(MSG_UPDATE_IN_PROGRESS)
-            need = n - permit._permits
-            if self._closed:
-                raise closed_error()
-            if cancelled:
-                self._cancelled_total += 1
-                raise cancelled_error(cause)
-            if self._fits_now_locked(need):
-                self._take_locked(permit, need)
-                return permit
-            if timeout == 0:
-                self._timeout_total += 1
-                raise timeout_zero_error()
-            if not blocking and loop is None:
-                raise no_loop_error()
-            if self._bounded and n > self._max:
-                raise too_large_error(n, self._max)
-            if self._max_queue > 0 and len(self._queue) >= self._max_queue:
-                self._queue_full_total += 1
-                raise queue_full_error(self._max_queue)
-            w = _new(_Waiter)
-            w._init(permit, is_cancelled)
-            if loop is None:
-                w.lock = threading.Lock()
-                w.lock.acquire()
-            else:
-                ls = self._loops.get(loop)
-                if ls is None:
-                    ls = self._loops[loop] = _new(_LoopState)
-                    ls._init(self, loop)
-                w.ls = ls
-                ls.nq += 1
-            w.need = need
-            w.total = n
-            w.state = W_QUEUED
-            w.enqueued = _monotonic()
-            if is_update:
-                permit._pending = w
-            self._queue[w] = None
+            _own(self)
+            try:
+                if permit is None:
+                    permit = _new_permit(self, 0)
+                elif permit._pending is not None or permit._permits >= n:
+                    # Another thread's update of this permit ran since _shrink.
+                    raise RuntimeError(MSG_UPDATE_IN_PROGRESS)
+                need = n - permit._permits
+                if self._closed:
+                    raise closed_error()
+                if cancelled:
+                    self._cancelled_total += 1
+                    raise cancelled_error(cause)
+                if self._fits_now_locked(need):
+                    self._take_locked(permit, need)
+                    return permit
+                if timeout == 0:
+                    self._timeout_total += 1
+                    raise timeout_zero_error()
+                if not blocking and loop is None:
+                    raise no_loop_error()
+                if self._bounded and n > self._max:
+                    raise too_large_error(n, self._max)
+                if self._max_queue > 0 and len(self._queue) >= self._max_queue:
+                    self._queue_full_total += 1
+                    raise queue_full_error(self._max_queue)
+                w = _new(_Waiter)
+                w._init(permit, is_cancelled)
+                if loop is None:
+                    w.lock = threading.Lock()
+                    w.lock.acquire()
+                else:
+                    ls = self._loops.get(loop)
+                    if ls is None:
+                        ls = self._loops[loop] = _new(_LoopState)
+                        ls._init(self, loop)
+                    w.ls = ls
+                    ls.nq += 1
+                w.need = need
+                w.total = n
+                w.state = W_QUEUED
+                w.enqueued = _monotonic()
+                if is_update:
+                    permit._pending = w
+                self._queue[w] = None
+            finally:
+                _disown(self)
         return w
 
     def _finish(self, w: _Waiter, timeout: float | None) -> SemaphorePermit:
@@ -1704,10 +1763,10 @@ def _before_fork() -> None:
     for sem in list(_SEMAPHORES):
         if sem._cs.acquire(timeout=_FORK_LOCK_WAIT_S):
             _held_at_fork.append(sem)
-            # A fast path that was past its check when the lock was taken
-            # finishes first (see _await_token), bounded as above.
+            # A fast path that holds the token (only possible without the
+            # GIL or under a tracer) finishes first, bounded as above.
             deadline = _monotonic() + _FORK_LOCK_WAIT_S
-            while not sem._tok and _monotonic() < deadline:
+            while not sem._tok and not sem._slow_owned and _monotonic() < deadline:
                 _sleep(0)
 
 
