@@ -139,12 +139,13 @@ _Callback = Callable[[Any], object]
 #   it with `del tok[0]` -- a bytecode, not a call -- and give it back in the
 #   `finally` of a `try` that starts right after, with no call in between:
 #   nothing can run while they hold it.  If it is taken they go the slow way.
-# - The slow paths first take ``_cs``, a threading.Lock (always with `with`:
-#   its __enter__ and __exit__ are C), which queues them, then the token
-#   (_own), and give the token back (_disown) in a `finally`.  A slow path
-#   interrupted after taking the token but before its `try` (a call returns
-#   in between) leaves it marked ``_slow_owned``: the next slow path, in
-#   ``_cs`` and so after it, takes it over (_own).
+# - The slow paths (`with sem._cs, sem._hold:`) first take ``_cs``, a
+#   threading.Lock (its __enter__ and __exit__ are C), which queues them,
+#   then the token (_TokenHold).  A slow path interrupted after taking the
+#   token but before it is given back -- its __enter__'s return, its
+#   __exit__'s entry are points where a handler runs -- leaves it marked
+#   ``owned``: the next slow path, in ``_cs`` and so after it, takes it
+#   over.  The Lock itself is never lost: its `with` is C.
 #
 # A `with` on a Lock costs about 230 ns on 3.11 (two bound methods and an
 # argument tuple), the token about 35 ns: the uncontended await+release
@@ -161,31 +162,40 @@ _Callback = Callable[[Any], object]
 # bytecodes that are otherwise never interrupted).
 
 
-def _own(sem: AsyncSemaphore) -> None:
-    """Inside ``sem._cs``: take the token.  A fast path holds it for a few
-    bytecodes at most (with the GIL it never even holds it while another
-    thread runs, but a free-threaded build or a tracer could), so wait for
-    it, giving up the GIL; a slow path that lost it to an interrupt (it is
-    in none of them now: we hold ``_cs``) left it marked, so take it over."""
-    if sem._slow_owned:
-        return
-    tok = sem._tok
-    tries = 0
-    while True:
-        try:
-            del tok[0]
-        except IndexError:
-            _sleep(0 if tries < 1000 else 0.0001)
-            tries += 1
-        else:
-            sem._slow_owned = True   # no call between the take and the mark
+class _TokenHold:
+    """The slow paths' hold on a semaphore's token (``tok``, the list the
+    fast paths take it from), entered inside ``_cs``.  A fast path holds it
+    for a few bytecodes at most (with the GIL it never even holds it while
+    another thread runs, but a free-threaded build or a tracer could), so
+    wait for it, giving up the GIL; a slow path that lost it to an
+    interrupt (it is in none of them now: we hold ``_cs``) left it marked
+    ``owned``, so take it over."""
+
+    __slots__ = ("owned", "tok")
+
+    def __init__(self) -> None:
+        self.tok = [True]
+        self.owned = False
+
+    def __enter__(self) -> None:
+        if self.owned:
             return
+        tok = self.tok
+        tries = 0
+        while True:
+            try:
+                del tok[0]
+            except IndexError:
+                _sleep(0 if tries < 1000 else 0.0001)
+                tries += 1
+            else:
+                self.owned = True   # no call between the take and the mark
+                return
 
-
-def _disown(sem: AsyncSemaphore) -> None:
-    """Give the token back (unmarked first: nothing runs in between)."""
-    sem._slow_owned = False
-    sem._tok.append(True)
+    def __exit__(self, *exc: object) -> None:
+        # Unmarked first, then given back: nothing runs in between.
+        self.owned = False
+        self.tok.append(True)
 
 
 # ---- never-awaited requests, without a finaliser on the hot path ---------------
@@ -465,15 +475,11 @@ class _LoopState(NoCopy):
     def _claim(self) -> bool:
         """Under the lock: True if a batch is pending with no runner on its
         way, which the caller is now to schedule."""
-        with self.sem._cs:
-            _own(self.sem)
-            try:
-                if self.batch is None or self.scheduled:
-                    return False
-                self.scheduled = True
-                return True
-            finally:
-                _disown(self.sem)
+        with self.sem._cs, self.sem._hold:
+            if self.batch is None or self.scheduled:
+                return False
+            self.scheduled = True
+            return True
 
     def schedule(self) -> None:
         """Make sure a runner is scheduled for the pending batch.
@@ -504,12 +510,8 @@ class _LoopState(NoCopy):
                 claimed = False
             except BaseException as exc:
                 if claimed:
-                    with self.sem._cs:
-                        _own(self.sem)
-                        try:
-                            self.scheduled = False
-                        finally:
-                            _disown(self.sem)
+                    with self.sem._cs, self.sem._hold:
+                        self.scheduled = False
                 if pending is None:
                     pending = exc
                 if isinstance(exc, RuntimeError) and _is_closed(loop):
@@ -530,14 +532,10 @@ class _LoopState(NoCopy):
         (from a callback or the handler) propagate at once, as from any
         asyncio callback, and what is left of the batch runs next time."""
         sem = self.sem
-        with sem._cs:
-            _own(sem)
-            try:
-                batch = self.batch
-                self.batch = None
-                self.scheduled = False
-            finally:
-                _disown(sem)
+        with sem._cs, sem._hold:
+            batch = self.batch
+            self.batch = None
+            self.scheduled = False
         if batch is None:
             self.tidy()
             return
@@ -635,15 +633,11 @@ class _LoopState(NoCopy):
         this loop is queued or pending, cancel the timer and drop the state."""
         self.prune()
         sem = self.sem
-        with sem._cs:
-            _own(sem)
-            try:
-                if self.nq or self.batch is not None:
-                    return
-                if sem._loops.get(self.loop) is self:
-                    del sem._loops[self.loop]
-            finally:
-                _disown(sem)
+        with sem._cs, sem._hold:
+            if self.nq or self.batch is not None:
+                return
+            if sem._loops.get(self.loop) is self:
+                del sem._loops[self.loop]
         self.deadlines.clear()
         self.late.clear()
         if self.timer is not None:
@@ -774,7 +768,7 @@ class _Request(NoCopy, ReleasingRequest[SemaphorePermit]):
                 p._pending = None
                 tok = sem._tok
                 try:
-                    del tok[0]   # the token (see _own): a bytecode, so no interrupt
+                    del tok[0]   # the token (see _TokenHold): a bytecode, so no interrupt
                 except IndexError:
                     pass   # somebody has it: the slow path below
                 else:
@@ -810,13 +804,9 @@ class _Request(NoCopy, ReleasingRequest[SemaphorePermit]):
         if self._mode == 2:
             # `async with sem:`: the semaphore holds the permit.
             sem = self._sem
-            with sem._cs:
-                _own(sem)
-                try:
-                    sem._anon += p._permits
-                    p._permits = 0
-                finally:
-                    _disown(sem)
+            with sem._cs, sem._hold:
+                sem._anon += p._permits
+                p._permits = 0
             return None
         if self._mode == 1:
             self._result = p   # for the exit of `async with request`
@@ -896,8 +886,8 @@ class AsyncSemaphore(NoCopy):
         self._queue: OrderedDict[_Waiter, None] = OrderedDict()
         self._closed = False
         self._cs = threading.Lock()   # `with self._cs:`: the critical section
-        self._tok = [True]            # and the state's token (see _own)
-        self._slow_owned = False
+        self._hold = _TokenHold()     # and the state's token (see _TokenHold)
+        self._tok = self._hold.tok
         # The largest request acquire() takes without a closer look: any
         # other is checked (and refused or converted) by check_permits; -1
         # while not ready and once closed.
@@ -1058,18 +1048,14 @@ class AsyncSemaphore(NoCopy):
         if not self._ready:
             raise self._unready()
         n = check_permits(permits, self._max, self._bounded)
-        with self._cs:
-            _own(self)
-            try:
-                if self._closed:
-                    raise closed_error()
-                if not self._fits_now_locked(n):
-                    return None
-                permit = _new_permit(self, 0)
-                self._take_locked(permit, n)
-                return permit
-            finally:
-                _disown(self)
+        with self._cs, self._hold:
+            if self._closed:
+                raise closed_error()
+            if not self._fits_now_locked(n):
+                return None
+            permit = _new_permit(self, 0)
+            self._take_locked(permit, n)
+            return permit
 
     def release(self, permit: SemaphorePermit) -> None:
         """Give back everything ``permit`` holds and set it to 0.
@@ -1078,7 +1064,7 @@ class AsyncSemaphore(NoCopy):
             raise permit_error(permit, SemaphorePermit)
         tok = self._tok
         try:
-            del tok[0]   # the token (see _own): a bytecode, so no interrupt
+            del tok[0]   # the token (see _TokenHold): a bytecode, so no interrupt
         except IndexError:   # somebody has it
             self._release_slow(permit)
             return
@@ -1097,23 +1083,19 @@ class AsyncSemaphore(NoCopy):
 
     def _release_slow(self, permit: SemaphorePermit) -> None:
         done: list[_Waiter] = []
-        with self._cs:
-            _own(self)
-            try:
-                n = permit._permits
-                if n == 0:
-                    return
-                permit._permits = 0
-                pending = permit._pending
-                if pending is not None and pending.state == W_QUEUED:
-                    # Its update now has to take the whole new size.
-                    pending.need += n
-                self._avail += n
-                if not self._queue:
-                    return
-                check = self._process_locked(None, done)
-            finally:
-                _disown(self)
+        with self._cs, self._hold:
+            n = permit._permits
+            if n == 0:
+                return
+            permit._permits = 0
+            pending = permit._pending
+            if pending is not None and pending.state == W_QUEUED:
+                # Its update now has to take the whole new size.
+                pending.need += n
+            self._avail += n
+            if not self._queue:
+                return
+            check = self._process_locked(None, done)
         self._settle(check, done)
 
     if TYPE_CHECKING:
@@ -1133,14 +1115,10 @@ class AsyncSemaphore(NoCopy):
         def __aexit__(self, exc_type, exc, tb):
             if not self._ready:
                 raise self._unready()
-            with self._cs:
-                _own(self)
-                try:
-                    if self._anon <= 0:
-                        raise RuntimeError(MSG_ANON_EXIT)
-                    self._anon -= 1
-                finally:
-                    _disown(self)
+            with self._cs, self._hold:
+                if self._anon <= 0:
+                    raise RuntimeError(MSG_ANON_EXIT)
+                self._anon -= 1
             self._return_permits(1)
             return DONE
 
@@ -1150,17 +1128,13 @@ class AsyncSemaphore(NoCopy):
         if not self._ready:
             raise self._unready()
         done: list[_Waiter] = []
-        with self._cs:
-            _own(self)
-            try:
-                self._closed = True
-                self._lim = -1
-                while self._queue:
-                    w, _ = self._queue.popitem(last=False)
-                    self._leave_locked(w, W_CLOSED)
-                    done.append(w)
-            finally:
-                _disown(self)
+        with self._cs, self._hold:
+            self._closed = True
+            self._lim = -1
+            while self._queue:
+                w, _ = self._queue.popitem(last=False)
+                self._leave_locked(w, W_CLOSED)
+                done.append(w)
         self._wake_all(done)
 
     def set_max_permits(self, max_permits: int) -> None:
@@ -1174,51 +1148,43 @@ class AsyncSemaphore(NoCopy):
         if not self._ready:
             raise self._unready()
         done: list[_Waiter] = []
-        with self._cs:
-            _own(self)
-            try:
-                old_limit = self._max if self._bounded else 0
-                self._avail += (max(0, m)) - old_limit
-                self._max = m
-                self._bounded = m > 0
-                if not self._closed:
-                    self._lim = m if m > 0 else MAX_PERMITS
-                if self._bounded:
-                    for w in list(self._queue):
-                        if w.total > m:
-                            del self._queue[w]
-                            w.limit = m
-                            self._leave_locked(w, W_TOO_LARGE)
-                            done.append(w)
-                check = self._process_locked(None, done)
-            finally:
-                _disown(self)
+        with self._cs, self._hold:
+            old_limit = self._max if self._bounded else 0
+            self._avail += (max(0, m)) - old_limit
+            self._max = m
+            self._bounded = m > 0
+            if not self._closed:
+                self._lim = m if m > 0 else MAX_PERMITS
+            if self._bounded:
+                for w in list(self._queue):
+                    if w.total > m:
+                        del self._queue[w]
+                        w.limit = m
+                        self._leave_locked(w, W_TOO_LARGE)
+                        done.append(w)
+            check = self._process_locked(None, done)
         self._settle(check, done)
 
     def stats(self) -> SemaphoreStats:
         """A snapshot of gauges, counters and the wait-time histogram."""
         if not self._ready:
             raise self._unready()
-        with self._cs:
-            _own(self)
-            try:
-                count = sum(self._wait_counts)
-                return SemaphoreStats(
-                    max_permits=self._max,
-                    acquired_permits=self.acquired_permits,
-                    available_permits=self.available_permits,
-                    queue_size=len(self._queue),
-                    max_queue_size=self._max_queue,
-                    acquired_total=self._acquired_total,
-                    timeout_total=self._timeout_total,
-                    queue_full_total=self._queue_full_total,
-                    cancelled_total=self._cancelled_total,
-                    wait_seconds_sum=self._wait_sum,
-                    wait_seconds_count=count,
-                    wait_seconds_buckets=cumulative_buckets(self._wait_counts),
-                )
-            finally:
-                _disown(self)
+        with self._cs, self._hold:
+            count = sum(self._wait_counts)
+            return SemaphoreStats(
+                max_permits=self._max,
+                acquired_permits=self.acquired_permits,
+                available_permits=self.available_permits,
+                queue_size=len(self._queue),
+                max_queue_size=self._max_queue,
+                acquired_total=self._acquired_total,
+                timeout_total=self._timeout_total,
+                queue_full_total=self._queue_full_total,
+                cancelled_total=self._cancelled_total,
+                wait_seconds_sum=self._wait_sum,
+                wait_seconds_count=count,
+                wait_seconds_buckets=cumulative_buckets(self._wait_counts),
+            )
 
     # ---- the algorithm (mirrors plim_sem.c) -----------------------------
 
@@ -1229,8 +1195,8 @@ class AsyncSemaphore(NoCopy):
         parent's.  A fresh critical section: the forking thread holds the
         old one."""
         self._cs = threading.Lock()
-        self._tok = [True]   # a thread of the parent's may have held it
-        self._slow_owned = False
+        self._hold = _TokenHold()   # a thread of the parent's may have held it
+        self._tok = self._hold.tok
         for w in self._queue:
             w.state = W_REMOVED
             p = w.permit
@@ -1362,16 +1328,12 @@ class AsyncSemaphore(NoCopy):
 
     def _return_permits(self, n: int) -> None:
         """Give ``n`` permits held by no permit object back to the pool."""
-        with self._cs:
-            _own(self)
-            try:
-                self._avail += n
-                if not self._queue:
-                    return
-                done: list[_Waiter] = []
-                check = self._process_locked(None, done)
-            finally:
-                _disown(self)
+        with self._cs, self._hold:
+            self._avail += n
+            if not self._queue:
+                return
+            done: list[_Waiter] = []
+            check = self._process_locked(None, done)
         self._settle(check, done)
 
     def _settle(self, check: _Waiter | None, done: list[_Waiter]) -> None:
@@ -1395,23 +1357,19 @@ class AsyncSemaphore(NoCopy):
                     cancelled, cause = True, exc
                     if pending is None:
                         pending = exc
-                with self._cs:
-                    _own(self)
-                    try:
-                        if self._queue and next(iter(self._queue)) is check:
-                            if cancelled:
-                                del self._queue[check]
-                                check.cause = cause
-                                self._cancelled_total += 1
-                                self._leave_locked(check, W_CANCELLED)
-                                done.append(check)
-                                check = self._process_locked(None, done)
-                            else:
-                                check = self._process_locked(check, done)
-                        else:
+                with self._cs, self._hold:
+                    if self._queue and next(iter(self._queue)) is check:
+                        if cancelled:
+                            del self._queue[check]
+                            check.cause = cause
+                            self._cancelled_total += 1
+                            self._leave_locked(check, W_CANCELLED)
+                            done.append(check)
                             check = self._process_locked(None, done)
-                    finally:
-                        _disown(self)
+                        else:
+                            check = self._process_locked(check, done)
+                    else:
+                        check = self._process_locked(None, done)
         except BaseException as exc:
             if pending is None:
                 pending = exc
@@ -1455,28 +1413,20 @@ class AsyncSemaphore(NoCopy):
         interrupted by SystemExit/KeyboardInterrupt)."""
         if not rest:
             return
-        with self._cs:
-            _own(self)
-            try:
-                if ls.batch is None:
-                    ls.batch = rest
-                else:
-                    ls.batch[:0] = rest
-            finally:
-                _disown(self)
+        with self._cs, self._hold:
+            if ls.batch is None:
+                ls.batch = rest
+            else:
+                ls.batch[:0] = rest
         ls.schedule()
 
     def _drop_batch(self, ls: _LoopState) -> None:
         """The batch's loop is closed: give back grants nobody will take,
         and forget the loop if nothing of it is left."""
-        with self._cs:
-            _own(self)
-            try:
-                batch = ls.batch or []
-                ls.batch = None
-                ls.scheduled = False
-            finally:
-                _disown(self)
+        with self._cs, self._hold:
+            batch = ls.batch or []
+            ls.batch = None
+            ls.scheduled = False
         pending: BaseException | None = None
         for w in batch:
             try:
@@ -1492,13 +1442,9 @@ class AsyncSemaphore(NoCopy):
         """Give back a grant that its requester will never take."""
         done: list[_Waiter] = []
         check = None
-        with self._cs:
-            _own(self)
-            try:
-                if w.state == W_GRANTED and not w.reverted:
-                    check = self._give_back_locked(w, done)
-            finally:
-                _disown(self)
+        with self._cs, self._hold:
+            if w.state == W_GRANTED and not w.reverted:
+                check = self._give_back_locked(w, done)
         self._settle(check, done)
 
     def _give_back_locked(self, w: _Waiter, done: list[_Waiter]) -> _Waiter | None:
@@ -1515,26 +1461,22 @@ class AsyncSemaphore(NoCopy):
         timeout stands."""
         done: list[_Waiter] = []
         check = None
-        with self._cs:
-            _own(self)
-            try:
-                if w.state == W_QUEUED:
-                    was_head = next(iter(self._queue)) is w
-                    del self._queue[w]
-                    self._leave_locked(w, W_REMOVED, post)
-                    if timed_out:
-                        self._timeout_total += 1
-                    else:
-                        self._cancelled_total += 1
-                    if post:
-                        done.append(w)
-                    if was_head:
-                        check = self._process_locked(None, done)
-                elif w.state == W_GRANTED and not timed_out and not w.reverted:
+        with self._cs, self._hold:
+            if w.state == W_QUEUED:
+                was_head = next(iter(self._queue)) is w
+                del self._queue[w]
+                self._leave_locked(w, W_REMOVED, post)
+                if timed_out:
+                    self._timeout_total += 1
+                else:
                     self._cancelled_total += 1
-                    check = self._give_back_locked(w, done)
-            finally:
-                _disown(self)
+                if post:
+                    done.append(w)
+                if was_head:
+                    check = self._process_locked(None, done)
+            elif w.state == W_GRANTED and not timed_out and not w.reverted:
+                self._cancelled_total += 1
+                check = self._give_back_locked(w, done)
         self._settle(check, done)
 
     def _cancel_waiter(self, w: _Waiter, msg: str | None) -> bool:
@@ -1551,17 +1493,13 @@ class AsyncSemaphore(NoCopy):
         finally:   # the task is woken whatever a check raised meanwhile
             w.is_cancelled = True
             w.cancel_msg = msg
-            with self._cs:
-                _own(self)
-                try:
-                    if not w.posted:
-                        w.posted = True
-                        if ls.batch is None:
-                            ls.batch = [w]
-                        else:
-                            ls.batch.append(w)
-                finally:
-                    _disown(self)
+            with self._cs, self._hold:
+                if not w.posted:
+                    w.posted = True
+                    if ls.batch is None:
+                        ls.batch = [w]
+                    else:
+                        ls.batch.append(w)
             ls.schedule()
         return True
 
@@ -1583,20 +1521,16 @@ class AsyncSemaphore(NoCopy):
         ``n`` would grow it."""
         done: list[_Waiter] = []
         check = None
-        with self._cs:
-            _own(self)
-            try:
-                if permit._pending is not None:
-                    raise RuntimeError(MSG_UPDATE_IN_PROGRESS)
-                cur = permit._permits
-                if n > cur:
-                    return False
-                permit._permits = n
-                if n < cur:
-                    self._avail += cur - n
-                    check = self._process_locked(None, done)
-            finally:
-                _disown(self)
+        with self._cs, self._hold:
+            if permit._pending is not None:
+                raise RuntimeError(MSG_UPDATE_IN_PROGRESS)
+            cur = permit._permits
+            if n > cur:
+                return False
+            permit._permits = n
+            if n < cur:
+                self._avail += cur - n
+                check = self._process_locked(None, done)
         self._settle(check, done)
         return True
 
@@ -1612,54 +1546,50 @@ class AsyncSemaphore(NoCopy):
         if permit is not None and self._shrink(permit, n):
             return permit
         loop = None if blocking else _get_running_loop()
-        with self._cs:
-            _own(self)
-            try:
-                if permit is None:
-                    permit = _new_permit(self, 0)
-                elif permit._pending is not None or permit._permits >= n:
-                    # Another thread's update of this permit ran since _shrink.
-                    raise RuntimeError(MSG_UPDATE_IN_PROGRESS)
-                need = n - permit._permits
-                if self._closed:
-                    raise closed_error()
-                if cancelled:
-                    self._cancelled_total += 1
-                    raise cancelled_error(cause)
-                if self._fits_now_locked(need):
-                    self._take_locked(permit, need)
-                    return permit
-                if timeout == 0:
-                    self._timeout_total += 1
-                    raise timeout_zero_error()
-                if not blocking and loop is None:
-                    raise no_loop_error()
-                if self._bounded and n > self._max:
-                    raise too_large_error(n, self._max)
-                if self._max_queue > 0 and len(self._queue) >= self._max_queue:
-                    self._queue_full_total += 1
-                    raise queue_full_error(self._max_queue)
-                w = _new(_Waiter)
-                w._init(permit, is_cancelled)
-                if loop is None:
-                    w.lock = threading.Lock()
-                    w.lock.acquire()
-                else:
-                    ls = self._loops.get(loop)
-                    if ls is None:
-                        ls = self._loops[loop] = _new(_LoopState)
-                        ls._init(self, loop)
-                    w.ls = ls
-                    ls.nq += 1
-                w.need = need
-                w.total = n
-                w.state = W_QUEUED
-                w.enqueued = _monotonic()
-                if is_update:
-                    permit._pending = w
-                self._queue[w] = None
-            finally:
-                _disown(self)
+        with self._cs, self._hold:
+            if permit is None:
+                permit = _new_permit(self, 0)
+            elif permit._pending is not None or permit._permits >= n:
+                # Another thread's update of this permit ran since _shrink.
+                raise RuntimeError(MSG_UPDATE_IN_PROGRESS)
+            need = n - permit._permits
+            if self._closed:
+                raise closed_error()
+            if cancelled:
+                self._cancelled_total += 1
+                raise cancelled_error(cause)
+            if self._fits_now_locked(need):
+                self._take_locked(permit, need)
+                return permit
+            if timeout == 0:
+                self._timeout_total += 1
+                raise timeout_zero_error()
+            if not blocking and loop is None:
+                raise no_loop_error()
+            if self._bounded and n > self._max:
+                raise too_large_error(n, self._max)
+            if self._max_queue > 0 and len(self._queue) >= self._max_queue:
+                self._queue_full_total += 1
+                raise queue_full_error(self._max_queue)
+            w = _new(_Waiter)
+            w._init(permit, is_cancelled)
+            if loop is None:
+                w.lock = threading.Lock()
+                w.lock.acquire()
+            else:
+                ls = self._loops.get(loop)
+                if ls is None:
+                    ls = self._loops[loop] = _new(_LoopState)
+                    ls._init(self, loop)
+                w.ls = ls
+                ls.nq += 1
+            w.need = need
+            w.total = n
+            w.state = W_QUEUED
+            w.enqueued = _monotonic()
+            if is_update:
+                permit._pending = w
+            self._queue[w] = None
         return w
 
     def _finish(self, w: _Waiter, timeout: float | None) -> SemaphorePermit:
@@ -1766,7 +1696,7 @@ def _before_fork() -> None:
             # A fast path that holds the token (only possible without the
             # GIL or under a tracer) finishes first, bounded as above.
             deadline = _monotonic() + _FORK_LOCK_WAIT_S
-            while not sem._tok and not sem._slow_owned and _monotonic() < deadline:
+            while not sem._tok and not sem._hold.owned and _monotonic() < deadline:
                 _sleep(0)
 
 

@@ -30,7 +30,7 @@ def test_every_call_waits_for_a_held_section_then_finishes(part):
     held = sem.try_acquire(1)
     if part == "slow":
         sem._cs.acquire()                # a slow path holds the state:
-        mod._own(sem)                    # the lock, then the token
+        sem._hold.__enter__()            # the lock, then the token
     else:
         del sem._tok[0]                  # a fast path holds the state
     got, errors = [], []
@@ -57,7 +57,7 @@ def test_every_call_waits_for_a_held_section_then_finishes(part):
     assert all(t.is_alive() for t in threads)   # nobody got past the section
     assert sem._avail == 2 and held.permits == 1
     if part == "slow":
-        mod._disown(sem)
+        sem._hold.__exit__(None, None, None)
         sem._cs.release()
     else:
         sem._tok.append(True)
@@ -167,8 +167,8 @@ def test_an_interrupt_at_any_point_of_the_fast_paths_never_keeps_the_section():
         assert not sem._cs.locked(), f"the section stayed held (interrupt at point {k})"
         # The token is back, or marked as left by a slow path (which the
         # next slow path takes over: checked below).
-        assert sem._tok == [True] and not sem._slow_owned or \
-            sem._tok == [] and sem._slow_owned, f"the token was lost (interrupt at point {k})"
+        assert sem._tok == [True] and not sem._hold.owned or \
+            sem._tok == [] and sem._hold.owned, f"the token was lost (interrupt at point {k})"
         held = sum(p.permits for p in kept)
         assert held <= sem.acquired_permits <= held + 1, (k, sem.acquired_permits, held)
         for p in kept:
@@ -177,7 +177,7 @@ def test_an_interrupt_at_any_point_of_the_fast_paths_never_keeps_the_section():
         more = sem.acquire_blocking(free, timeout=1)
         assert sem.available_permits == 0 and sem.queue_size == 0
         sem.release(more)
-        assert sem._tok == [True] and not sem._slow_owned
+        assert sem._tok == [True] and not sem._hold.owned
         if tracer.seen < k:
             break   # the whole cycle ran without reaching point k: every point was tried
         k += 1
@@ -286,11 +286,11 @@ def test_a_token_left_by_an_interrupted_slow_path_is_taken_over():
     sem = mod.AsyncSemaphore(3, 0, None)
     held = sem.try_acquire(1)
     with sem._cs:
-        mod._own(sem)          # ...and the interrupt lands here
-    assert sem._tok == [] and sem._slow_owned
+        sem._hold.__enter__()          # ...and the interrupt lands here
+    assert sem._tok == [] and sem._hold.owned
     sem.release(held)          # the fast path finds no token: the slow one
     assert held.permits == 0 and sem.available_permits == 3
-    assert sem._tok == [True] and not sem._slow_owned
+    assert sem._tok == [True] and not sem._hold.owned
 
     async def fast():
         return await sem.acquire(2)
