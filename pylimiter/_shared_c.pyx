@@ -209,6 +209,14 @@ cdef object TIMEOUT_NOT_GIVEN = contract.TIMEOUT_NOT_GIVEN
 cdef object _get_running_loop = _asyncio.events._get_running_loop
 cdef int64_t UNBOUNDED_AVAILABLE = contract.UNBOUNDED_AVAILABLE
 cdef double _MAX_TIMEOUT_S = contract.MAX_TIMEOUT_S
+
+# _begin's refusals, decided under the host's lock and raised after it.
+cdef enum:
+    _E_OVERFLOW = 1
+    _E_TIMEOUT_ZERO = 2
+    _E_NO_LOOP = 3
+    _E_TOO_LARGE = 4
+    _E_FULL = 5
 # An exhausted iterator: `await` on an object whose __await__ returns it
 # completes with None, without allocating anything.
 cdef object _EXHAUSTED = iter(())
@@ -1131,13 +1139,24 @@ cdef class SharedSemaphore:
         if permit._pending or (permit._permits >= n and n > 0):
             raise RuntimeError(contract.MSG_UPDATE_IN_PROGRESS)
         need = n - permit._permits
+        # Only C runs while this process holds the host's lock.  Python code
+        # there -- a call into Python, or before 3.12 an allocation the
+        # collector counts -- could run a finaliser or a signal handler, and
+        # one that gave a permit back (a queue is waiting, so through the
+        # lock) waited for the lock its own thread held.  So the waiter is
+        # made before the lock, and the errors after it.
+        cdef int err = 0
+        cdef int64_t qcap = 0
+        cdef bint may_queue = timeout != 0 and (blocking or loop is not None)
+        if may_queue:
+            w = _Waiter.__new__(_Waiter)
         seg.lock()
         if cancelled:
             plim_shm_count_locked(&seg.h, self._p, 3)
             seg.unlock()
             raise contract.cancelled_error(cause)
         st = plim_shm_take_locked(&seg.h, self._p, need)
-        if st == PLIM_SHM_EMPTY and loop is not None and timeout != 0:
+        if st == PLIM_SHM_EMPTY and loop is not None and may_queue:
             # It has to queue on an event loop: the loop's eventfd (and the
             # waker thread) first, made outside the lock, then look again.
             seg.unlock()
@@ -1154,14 +1173,13 @@ cdef class SharedSemaphore:
             seg.unlock()
             permit._permits += need
             return None
-        err = None
         if st == PLIM_SHM_OVERFLOW:
-            err = contract.overflow_error()
+            err = _E_OVERFLOW
         elif timeout == 0:
             plim_shm_count_locked(&seg.h, self._p, 1)
-            err = contract.timeout_zero_error()
-        elif not blocking and loop is None:
-            err = contract.no_loop_error()
+            err = _E_TIMEOUT_ZERO
+        elif not may_queue:
+            err = _E_NO_LOOP
         else:
             st = plim_shm_enqueue_locked(&seg.h, self._p, need, n, tag, &rec, &ticket, &limit)
             if st == PLIM_SHM_OK:
@@ -1170,15 +1188,22 @@ cdef class SharedSemaphore:
                 permit._permits += need
                 return None
             if st == PLIM_SHM_TOO_LARGE:
-                err = contract.too_large_error(n, limit)
+                err = _E_TOO_LARGE
             elif st == PLIM_SHM_FULL:
                 plim_shm_count_locked(&seg.h, self._p, 2)
-                q = seg.max_queue
-                err = contract.queue_full_error(q if q > 0 else plim_shm_qlen(&seg.h, self._p))
-        if err is not None:
+                qcap = seg.max_queue if seg.max_queue > 0 else plim_shm_qlen(&seg.h, self._p)
+                err = _E_FULL
+        if err:
             seg.unlock()
-            raise err
-        w = _Waiter.__new__(_Waiter)
+            if err == _E_OVERFLOW:
+                raise contract.overflow_error()
+            if err == _E_TIMEOUT_ZERO:
+                raise contract.timeout_zero_error()
+            if err == _E_NO_LOOP:
+                raise contract.no_loop_error()
+            if err == _E_TOO_LARGE:
+                raise contract.too_large_error(n, limit)
+            raise contract.queue_full_error(qcap)
         w.rec = rec
         w.ticket = ticket
         w.n = n
@@ -1186,14 +1211,17 @@ cdef class SharedSemaphore:
         w.loop = loop
         w.state = PLIM_SHM_R_QUEUED
         w.lw = lw
-        seg.waiters[rec] = w
         if permit._permits:
             permit._pending = True
             permit._pend_rec = rec
             permit._pend_ticket = ticket
+        seg.unlock()
+        # In the process's tables after the unlock (a record's waiter is
+        # looked up with the GIL, which this thread has held since): a stale
+        # entry a store replaced could run a finaliser as it goes.
         if lw is not None:
             lw.waiters[w] = None
-        seg.unlock()
+        seg.waiters[rec] = w
         return w
 
     cdef void _settled(self, _Waiter w, SharedSemaphorePermit permit, int state,

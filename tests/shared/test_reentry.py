@@ -1,0 +1,97 @@
+"""A finaliser that gives a shared permit back, run by the collector while
+its own thread is inside the limiter.
+
+With a request queued, a release goes through the host's lock.  If the
+thread the finaliser runs in held that lock (it made a refusal's exception,
+or a queued request's waiter, under it), the release waited for its own
+thread's lock: the lock timeout (10 s) later it failed, and the permit was
+lost to the host until the process died.  Only C runs under the lock now;
+these tests fail against the old code (each release fails after the 0.3 s
+lock timeout set here).  Both twins."""
+
+from __future__ import annotations
+
+import gc
+import sys
+import threading
+import time
+
+import pytest
+
+from pylimiter import PermitAcquireQueueFullError, PermitAcquireTimeoutError
+
+
+class _Conn:
+    """What users hang permits on: an object whose finaliser gives its
+    permit back.  Each is put in a cycle, so only the collector frees it."""
+
+    def __init__(self, sem, held):
+        self.sem = sem
+        self.held = held
+        self.me = self
+
+    def __del__(self):
+        if self.held:
+            self.sem.release(self.held.pop())
+
+
+@pytest.fixture
+def unraisable(monkeypatch):
+    seen = []
+    monkeypatch.setattr(sys, "unraisablehook", lambda u: seen.append(u.exc_value))
+    return seen
+
+
+@pytest.fixture
+def collect_often():
+    old = gc.get_threshold()
+    gc.set_threshold(1, 1, 1)
+    try:
+        yield
+    finally:
+        gc.set_threshold(*old)
+
+
+@pytest.mark.parametrize("refusal", ["timeout-zero", "queued-then-timed-out", "queue-full"])
+def test_a_finaliser_giving_a_permit_back_inside_a_refusal(shm, name, unraisable,
+                                                           collect_often, refusal):
+    sem = shm.SharedSemaphore(name, max_permits=1000,
+                              max_queue_size=2 if refusal == "queue-full" else 10000)
+    sem._set_lock_timeout(0.3)
+    keep = sem.acquire_blocking(1, timeout=None)   # the waiters wait until the end
+    held = [sem.acquire_blocking(1, timeout=None) for _ in range(60)]
+    # Queued for more than there is: every release now takes the lock.
+    waiters = [threading.Thread(target=_wait_for_all, args=(sem,), daemon=True)
+               for _ in range(2 if refusal == "queue-full" else 1)]
+    for t in waiters:
+        t.start()
+    deadline = time.monotonic() + 10
+    while sem.queue_size < len(waiters):
+        assert time.monotonic() < deadline, "the waiters never queued"
+        time.sleep(0.01)
+    timeout = {"timeout-zero": 0, "queued-then-timed-out": 0.0005,
+               "queue-full": None}[refusal]
+    deadline = time.monotonic() + 20
+    refused = PermitAcquireTimeoutError if refusal != "queue-full" else PermitAcquireQueueFullError
+    while held and not unraisable and time.monotonic() < deadline:
+        with pytest.raises(refused):
+            # Garbage from here: the next allocation the collector counts
+            # frees it, and nothing between here and the limiter allocates.
+            _Conn(sem, held)
+            sem.acquire_blocking(900, timeout=timeout)
+    gc.collect()
+    assert unraisable == [], f"a finaliser's release failed: {unraisable[:1]!r}"
+    assert held == [], "the collector never ran a finaliser"
+    assert sem.acquired_permits == 1
+    # Every permit the finalisers gave back is the host's again: the
+    # waiters get all of it, one after the other.
+    sem.release(keep)
+    for t in waiters:
+        t.join(10)
+        assert not t.is_alive()
+    assert sem.acquired_permits == 0 and sem.available_permits == 1000
+    sem.close()
+
+
+def _wait_for_all(sem):
+    sem.release(sem.acquire_blocking(1000, timeout=None))
