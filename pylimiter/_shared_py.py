@@ -33,6 +33,7 @@ import signal
 import struct
 import threading
 import time
+import warnings
 from collections.abc import Callable, Generator
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Optional, TypeVar
@@ -175,6 +176,11 @@ MAX_REPAIRS = 3
 IsCancelled = Optional[Callable[[], object]]
 _T = TypeVar("_T")
 
+MSG_REENTERED = (
+    "pylimiter: a finaliser or a signal handler called the host-wide limiter while its "
+    "thread was inside the limiter's critical section; there only a release, or a queued "
+    "request's cancellation, may be done (it completes as the section ends)")
+
 
 class _Corrupt(Exception):
     """A walk found the segment inconsistent (a repair follows)."""
@@ -238,7 +244,12 @@ class _Seg:
         self.slot = -1
         self.gen = 0
         self.reg: object = object()    # this registration; permits carry it
-        self.tlock = threading.Lock()  # threads of this process, before the file lock
+        # Threads of this process, before the file lock.  An RLock for its
+        # owner: a finaliser or a signal handler run by this thread inside a
+        # section (at any call or allocation there) must not wait for it.
+        self.tlock = threading.RLock()
+        self.deferred: list[tuple[Callable[..., object], tuple[object, ...]]] = []
+        self.draining = False
         self.waiters: dict[int, _Waiter] = {}
         self.loop_waiters: dict[asyncio.AbstractEventLoop, dict[_Waiter, None]] = {}
         self.pollers: set[asyncio.AbstractEventLoop] = set()
@@ -314,7 +325,11 @@ class _Seg:
     def lock(self) -> None:
         """Enter a critical section: this process's threads first, then the
         host's file lock.  A dirty mark left by the previous holder means it
-        died (or was interrupted) inside its section: repair first."""
+        died (or was interrupted) inside its section: repair first.
+        Refused in a thread that is inside a section already (a finaliser or
+        a signal handler that ran there): see defer_or_run."""
+        if self.tlock._is_owned():   # type: ignore[attr-defined]
+            raise RuntimeError(MSG_REENTERED)
         self.tlock.acquire()
         try:
             if not ofd_trylock(self.lockfd, MUTEX_BYTE):
@@ -354,6 +369,37 @@ class _Seg:
             ofd_unlock(self.lockfd, MUTEX_BYTE)
         finally:
             self.tlock.release()
+        self.after_tlock()
+
+    def after_tlock(self) -> None:
+        """Once ``tlock`` is let go: what finalisers deferred meanwhile."""
+        if self.deferred and not self.draining and \
+                not self.tlock._is_owned():   # type: ignore[attr-defined]
+            self._run_deferred()
+
+    def defer_or_run(self, fn: Callable[..., object], *args: object) -> bool:
+        """For what a finaliser or a signal handler may do -- give permits
+        back, leave the queue --: False, to be done now; or, in a thread that
+        is inside a section (the handler or finaliser ran there, and the
+        section is half done), True: ``fn(*args)`` runs as that section ends
+        (unlock)."""
+        if not self.tlock._is_owned():   # type: ignore[attr-defined]
+            return False
+        self.deferred.append((fn, args))
+        return True
+
+    def _run_deferred(self) -> None:
+        self.draining = True
+        try:
+            while self.deferred and not self.tlock._is_owned():   # type: ignore[attr-defined]
+                fn, args = self.deferred.pop(0)
+                try:
+                    fn(*args)
+                except Exception as e:   # as a finaliser's own exception: reported, not raised
+                    warnings.warn(f"pylimiter: {fn.__name__} deferred from a finaliser or a "
+                                  f"signal handler failed: {e!r}", RuntimeWarning, stacklevel=2)
+        finally:
+            self.draining = False
 
     def run_locked(self, fn: Callable[..., _T], *args: Any) -> _T:
         """``fn(*args)`` in a critical section.  ``fn`` raises only when
@@ -435,7 +481,9 @@ class _Seg:
     def _after_fork_in_child(self) -> None:
         # The parent's slot lock lives in a file description we share: drop
         # our reference, or the parent would look alive after its death.
-        self.tlock = threading.Lock()
+        self.tlock = threading.RLock()
+        self.deferred = []   # the parent's: its permits, its records
+        self.draining = False
         if self.lockfd >= 0:
             try:
                 os.close(self.lockfd)
@@ -972,6 +1020,7 @@ class _SharedRequest(NoCopy, ReleasingRequest[SharedSemaphorePermit]):
                 with sem._seg.tlock:
                     sem._seg.anon[sem._p] += p._permits
                     p._permits = 0
+                sem._seg.after_tlock()
                 return None
             self._result = p
             return p
@@ -1293,6 +1342,8 @@ class SharedSemaphore:
         if seg.closed or permit._reg is not seg.reg:
             permit._permits = 0
             return
+        if seg.defer_or_run(self.release, permit):
+            return
         pending = permit._pending
 
         def give() -> list[int]:
@@ -1449,6 +1500,8 @@ class SharedSemaphore:
         timeout stands (the caller collects it)."""
         seg = self._seg
         if w.removed or seg.closed:
+            return
+        if seg.defer_or_run(self._abandon, w, timed_out):
             return
         pb = self._pb
 
@@ -1699,10 +1752,13 @@ class SharedSemaphore:
 
         def __aexit__(self, exc_type, exc, tb):
             seg = self._s()
-            with seg.tlock:
-                if seg.anon[self._p] <= 0:
-                    raise RuntimeError(MSG_ANON_EXIT)
-                seg.anon[self._p] -= 1
+            try:
+                with seg.tlock:
+                    if seg.anon[self._p] <= 0:
+                        raise RuntimeError(MSG_ANON_EXIT)
+                    seg.anon[self._p] -= 1
+            finally:
+                seg.after_tlock()
             if not seg.closed:
                 seg.wake(seg.run_locked(self._give_back_locked, seg, 1, None))
             return DONE

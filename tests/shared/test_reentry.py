@@ -11,10 +11,12 @@ lock timeout set here).  Both twins."""
 
 from __future__ import annotations
 
+import asyncio
 import gc
 import sys
 import threading
 import time
+import weakref
 
 import pytest
 
@@ -95,3 +97,89 @@ def test_a_finaliser_giving_a_permit_back_inside_a_refusal(shm, name, unraisable
 
 def _wait_for_all(sem):
     sem.release(sem.acquire_blocking(1000, timeout=None))
+
+
+# ---- the pure twin: its sections are Python, so the collector can run there ----
+
+
+@pytest.fixture
+def pure(impl):
+    if not impl.is_pure_python:
+        pytest.skip("the C twin runs no Python code under the host's lock (above)")
+
+
+def _inside_every_section(sem, monkeypatch, fn):
+    """Run fn() once, as a finaliser would, inside the next critical section
+    of sem's segment (just after its lock is taken)."""
+    # Weakly: the patch must not hold the segment (CPython 3.11 runs a
+    # finaliser freed by the class attribute's restore with the class in
+    # the middle of the store, and crashes).
+    seg = weakref.ref(sem._seg)
+    once = [fn]
+    real = type(sem._seg).lock
+
+    def lock(self):
+        real(self)
+        if self is seg() and once:
+            once.pop()()
+
+    monkeypatch.setattr(type(sem._seg), "lock", lock)
+
+
+def test_pure_a_release_inside_a_section_completes_as_it_ends(shm, name, pure, monkeypatch):
+    sem = shm.SharedSemaphore(name, max_permits=4)
+    a = sem.acquire_blocking(3, timeout=None)
+    seen = []
+    _inside_every_section(sem, monkeypatch, lambda: (sem.release(a), seen.append(a.permits)))
+    # The section that runs it: a try_acquire refused for want of permits.
+    assert sem.try_acquire(2) is None
+    assert seen == [3], "the release was done inside the half-done section"
+    assert a.permits == 0 and sem.available_permits == 4 and sem.acquired_permits == 0
+
+
+def test_pure_a_cancel_inside_a_section_leaves_the_queue_as_it_ends(shm, name, pure,
+                                                                   monkeypatch):
+    sem = shm.SharedSemaphore(name, max_permits=1)
+    held = sem.acquire_blocking(1, timeout=None)
+
+    async def main():
+        task = asyncio.ensure_future(sem.acquire(1, timeout=None))
+        await asyncio.sleep(0)
+        for _ in range(100):
+            if sem.queue_size == 1:
+                break
+            await asyncio.sleep(0.01)
+        assert sem.queue_size == 1
+        # The waiting coroutine closed inside another section (a task
+        # dropped and collected there leaves its queue the same way).
+        _inside_every_section(sem, monkeypatch, lambda: task.get_coro().close())
+        assert sem.try_acquire(1) is None
+        return task
+
+    loop = asyncio.new_event_loop()
+    try:
+        task = loop.run_until_complete(main())
+        task.cancel()
+        loop.run_until_complete(asyncio.gather(task, return_exceptions=True))
+    finally:
+        loop.close()
+    assert sem.queue_size == 0
+    sem.release(held)
+    assert sem.available_permits == 1
+
+
+def test_pure_anything_else_inside_a_section_is_refused_at_once(shm, name, pure, monkeypatch):
+    sem = shm.SharedSemaphore(name, max_permits=4)
+    errors = []
+
+    def other():
+        try:
+            sem.try_acquire(1)
+        except RuntimeError as e:
+            errors.append(str(e))
+
+    _inside_every_section(sem, monkeypatch, other)
+    p = sem.acquire_blocking(1, timeout=None)
+    assert errors and "finaliser or a signal handler" in errors[0]
+    sem.release(p)
+    assert sem.available_permits == 4
