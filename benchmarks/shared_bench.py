@@ -205,9 +205,11 @@ def _wait_for(page, idx, value, poll=0.00005, timeout=30.0):
         time.sleep(poll)
 
 
-def _b_side(kind, name, directory, page, conn, mp_sem):
+def _b_side(kind, name, directory, page, conn, mp_sem, cpu=None):
     """Process B: park a request, note the clock when it returns, release,
     for each hand-off of each round the parent asks for."""
+    if cpu is not None:
+        os.sched_setaffinity(0, {cpu})
     fifo_fd = -1
     if kind == "mp-thread":
         sem = mp_sem   # inherited through fork
@@ -266,7 +268,7 @@ def _b_side(kind, name, directory, page, conn, mp_sem):
 class _Handoff:
     """One hand-off side: process B and the parent's half of the protocol."""
 
-    def __init__(self, kind, directory):
+    def __init__(self, kind, directory, cpu=None):
         self.kind = kind
         self.name = f"handoff-{os.getpid()}-{kind}"
         self.directory = directory
@@ -285,7 +287,7 @@ class _Handoff:
             warnings.simplefilter("ignore", DeprecationWarning)
             self.proc = ctx.Process(target=_b_side, args=(
                 kind, self.name, directory, self.page, child_conn,
-                self.sem if kind == "mp-thread" else None), daemon=True)
+                self.sem if kind == "mp-thread" else None, cpu), daemon=True)
             self.proc.start()
         if kind == "fifo-task":
             self.fifo = os.open(os.path.join(directory, self.name), os.O_WRONLY)
@@ -358,8 +360,18 @@ def _pct(values, q):
 HANDOFF_SIDES = ("shared-thread", "shared-task", "shared-task-waker", "mp-thread", "fifo-task")
 
 
-def handoff_figures(rounds: int, k: int, directory: str) -> list[dict]:
-    sides = {kind: _Handoff(kind, directory) for kind in HANDOFF_SIDES}
+def handoff_figures(rounds: int, k: int, directory: str, pin: bool = False) -> list[dict]:
+    """``pin``: A runs on one CPU and every B on another, so that a wake-up
+    always crosses CPUs (unpinned, the scheduler often runs both on one CPU,
+    and the latency is then whether the woken B preempts A)."""
+    mask = os.sched_getaffinity(0)
+    cpus = sorted(mask)
+    if pin and len(cpus) < 2:
+        raise SystemExit("--pin needs two CPUs")
+    if pin:
+        os.sched_setaffinity(0, {cpus[0]})
+    sides = {kind: _Handoff(kind, directory, cpus[1] if pin else None)
+             for kind in HANDOFF_SIDES}
     pooled: dict[str, list[int]] = {kind: [] for kind in sides}
     try:
         def side(kind):
@@ -372,6 +384,7 @@ def handoff_figures(rounds: int, k: int, directory: str) -> list[dict]:
     finally:
         for s in sides.values():
             s.close()
+        os.sched_setaffinity(0, mask)
     out = []
     for q, label in ((0.5, "p50"), (0.99, "p99")):
         per = {kind: [_pct(r, q) for r in samples[kind]] for kind in sides}
@@ -453,16 +466,20 @@ def main(argv=None) -> int:
     ap.add_argument("--out", type=Path, default=RESULTS)
     ap.add_argument("--skip-handoff", action="store_true")
     ap.add_argument("--only-handoff", action="store_true")
+    ap.add_argument("--pin", action="store_true",
+                    help="hand-offs: A on one CPU, B on another (every wake crosses CPUs)")
     args = ap.parse_args(argv)
     load0 = os.getloadavg()[0]
     with tempfile.TemporaryDirectory(prefix="pylimiter-bench-", dir="/dev/shm") as d:
         rows = [] if args.only_handoff else single_thread_figures(args.rounds, d)
         if not args.skip_handoff:
-            rows += handoff_figures(args.handoff_rounds, args.handoffs, d)
+            rows += handoff_figures(args.handoff_rounds, args.handoffs, d, args.pin)
     load1 = os.getloadavg()[0]
+    pinned = ", A and B pinned to two CPUs" if args.pin else ""
     meta = (f"CPython {sys.version.split()[0]}, {os.cpu_count()} CPUs, "
             f"{args.rounds} rounds; hand-off {args.handoff_rounds} rounds x "
-            f"{args.handoffs}; load average {load0:.1f} at the start, {load1:.1f} at the end")
+            f"{args.handoffs}{pinned}; load average {load0:.1f} at the start, "
+            f"{load1:.1f} at the end")
     print(write(rows, args.out, meta))
     return 0
 
