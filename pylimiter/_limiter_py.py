@@ -24,6 +24,7 @@ holds the two side by side.
 
 from __future__ import annotations
 
+import _thread
 import asyncio
 import contextvars
 import gc
@@ -156,10 +157,15 @@ _Callback = Callable[[Any], object]
 # hold (a `lock.locked()` there let the 3.12 collector run a finaliser
 # that released a permit, and that thread then waited for its own token).
 # A finaliser or signal handler that calls into a semaphore while its own
-# thread is inside a slow path (at one of its calls) still waits for ever,
-# as with any non-reentrant lock.  So does a Python-level trace or profile
-# function that raises at a line of a fast path (its events fall between
-# bytecodes that are otherwise never interrupted).
+# thread is inside one of its slow paths (at one of its calls, or before
+# 3.12 at an allocation the collector counts) finds ``_cs`` -- an RLock, for
+# this -- its own, and the token taken: the state is half changed.  What
+# gives permits back or leaves the queue (release, a cancelled or dropped
+# request) is then done by a thread of its own, which waits for the section
+# to end (_later); anything else raises RuntimeError at once (_TokenHold).
+# A Python-level trace or profile function that raises at a line of a fast
+# path (its events fall between bytecodes that are otherwise never
+# interrupted) can still lose the token.
 
 
 class _TokenHold:
@@ -171,14 +177,19 @@ class _TokenHold:
     interrupt (it is in none of them now: we hold ``_cs``) left it marked
     ``owned``, so take it over."""
 
-    __slots__ = ("owned", "tok")
+    __slots__ = ("cs", "owned", "tok")
 
-    def __init__(self) -> None:
+    def __init__(self, cs: Any) -> None:
+        self.cs = cs
         self.tok = [True]
         self.owned = False
 
     def __enter__(self) -> None:
         if self.owned:
+            if _rlock_depth(self.cs) > 1:
+                # Not a slow path that lost it: this thread's own, which a
+                # finaliser or signal handler interrupted half way.
+                raise _Reentered(MSG_REENTERED)
             return
         tok = self.tok
         tries = 0
@@ -196,6 +207,34 @@ class _TokenHold:
         # Unmarked first, then given back: nothing runs in between.
         self.owned = False
         self.tok.append(True)
+
+
+class _Reentered(RuntimeError):
+    """A semaphore called from a finaliser or signal handler while the same
+    thread is inside one of its slow paths."""
+
+
+MSG_REENTERED = (
+    "pylimiter: a finaliser or a signal handler called the semaphore while its thread "
+    "was inside the semaphore's critical section; there only a release, or a queued "
+    "request's cancellation, may be done (another thread completes it as the section "
+    "ends)")
+
+if hasattr(_thread.RLock(), "_recursion_count"):
+    def _rlock_depth(lock: Any) -> int:
+        return int(lock._recursion_count())
+else:   # 3.10: the count is only in the repr ("... owner=... count=2 at 0x...>")
+    def _rlock_depth(lock: Any) -> int:
+        r = repr(lock)
+        i = r.find(" count=")
+        return int(r[i + 7:r.index(" ", i + 7)]) if i >= 0 else 0
+
+
+def _later(fn: Callable[..., object], *args: object) -> None:
+    """fn(*args) in a thread of its own: it waits for the section this
+    thread is inside to end, then gives the permits back or leaves the
+    queue as a direct call would have."""
+    threading.Thread(target=fn, args=args, name="pylimiter-deferred", daemon=True).start()
 
 
 # ---- never-awaited requests, without a finaliser on the hot path ---------------
@@ -885,8 +924,8 @@ class AsyncSemaphore(NoCopy):
         self._max_queue = max_queue_size
         self._queue: OrderedDict[_Waiter, None] = OrderedDict()
         self._closed = False
-        self._cs = threading.Lock()   # `with self._cs:`: the critical section
-        self._hold = _TokenHold()     # and the state's token (see _TokenHold)
+        self._cs = _thread.RLock()    # `with self._cs:`: the critical section
+        self._hold = _TokenHold(self._cs)   # and the state's token (see _TokenHold)
         self._tok = self._hold.tok
         # The largest request acquire() takes without a closer look: any
         # other is checked (and refused or converted) by check_permits; -1
@@ -1083,19 +1122,23 @@ class AsyncSemaphore(NoCopy):
 
     def _release_slow(self, permit: SemaphorePermit) -> None:
         done: list[_Waiter] = []
-        with self._cs, self._hold:
-            n = permit._permits
-            if n == 0:
-                return
-            permit._permits = 0
-            pending = permit._pending
-            if pending is not None and pending.state == W_QUEUED:
-                # Its update now has to take the whole new size.
-                pending.need += n
-            self._avail += n
-            if not self._queue:
-                return
-            check = self._process_locked(None, done)
+        try:
+            with self._cs, self._hold:
+                n = permit._permits
+                if n == 0:
+                    return
+                permit._permits = 0
+                pending = permit._pending
+                if pending is not None and pending.state == W_QUEUED:
+                    # Its update now has to take the whole new size.
+                    pending.need += n
+                self._avail += n
+                if not self._queue:
+                    return
+                check = self._process_locked(None, done)
+        except _Reentered:
+            _later(self._release_slow, permit)
+            return
         self._settle(check, done)
 
     if TYPE_CHECKING:
@@ -1194,8 +1237,8 @@ class AsyncSemaphore(NoCopy):
         woken: their threads do not exist here, and their loops are the
         parent's.  A fresh critical section: the forking thread holds the
         old one."""
-        self._cs = threading.Lock()
-        self._hold = _TokenHold()   # a thread of the parent's may have held it
+        self._cs = _thread.RLock()
+        self._hold = _TokenHold(self._cs)   # a thread of the parent's may have held it
         self._tok = self._hold.tok
         for w in self._queue:
             w.state = W_REMOVED
@@ -1328,12 +1371,16 @@ class AsyncSemaphore(NoCopy):
 
     def _return_permits(self, n: int) -> None:
         """Give ``n`` permits held by no permit object back to the pool."""
-        with self._cs, self._hold:
-            self._avail += n
-            if not self._queue:
-                return
-            done: list[_Waiter] = []
-            check = self._process_locked(None, done)
+        try:
+            with self._cs, self._hold:
+                self._avail += n
+                if not self._queue:
+                    return
+                done: list[_Waiter] = []
+                check = self._process_locked(None, done)
+        except _Reentered:
+            _later(self._return_permits, n)
+            return
         self._settle(check, done)
 
     def _settle(self, check: _Waiter | None, done: list[_Waiter]) -> None:
@@ -1442,9 +1489,13 @@ class AsyncSemaphore(NoCopy):
         """Give back a grant that its requester will never take."""
         done: list[_Waiter] = []
         check = None
-        with self._cs, self._hold:
-            if w.state == W_GRANTED and not w.reverted:
-                check = self._give_back_locked(w, done)
+        try:
+            with self._cs, self._hold:
+                if w.state == W_GRANTED and not w.reverted:
+                    check = self._give_back_locked(w, done)
+        except _Reentered:
+            _later(self._revert, w)
+            return
         self._settle(check, done)
 
     def _give_back_locked(self, w: _Waiter, done: list[_Waiter]) -> _Waiter | None:
@@ -1461,22 +1512,26 @@ class AsyncSemaphore(NoCopy):
         timeout stands."""
         done: list[_Waiter] = []
         check = None
-        with self._cs, self._hold:
-            if w.state == W_QUEUED:
-                was_head = next(iter(self._queue)) is w
-                del self._queue[w]
-                self._leave_locked(w, W_REMOVED, post)
-                if timed_out:
-                    self._timeout_total += 1
-                else:
+        try:
+            with self._cs, self._hold:
+                if w.state == W_QUEUED:
+                    was_head = next(iter(self._queue)) is w
+                    del self._queue[w]
+                    self._leave_locked(w, W_REMOVED, post)
+                    if timed_out:
+                        self._timeout_total += 1
+                    else:
+                        self._cancelled_total += 1
+                    if post:
+                        done.append(w)
+                    if was_head:
+                        check = self._process_locked(None, done)
+                elif w.state == W_GRANTED and not timed_out and not w.reverted:
                     self._cancelled_total += 1
-                if post:
-                    done.append(w)
-                if was_head:
-                    check = self._process_locked(None, done)
-            elif w.state == W_GRANTED and not timed_out and not w.reverted:
-                self._cancelled_total += 1
-                check = self._give_back_locked(w, done)
+                    check = self._give_back_locked(w, done)
+        except _Reentered:
+            _later(self._abandon, w, timed_out, post)
+            return
         self._settle(check, done)
 
     def _cancel_waiter(self, w: _Waiter, msg: str | None) -> bool:

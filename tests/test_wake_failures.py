@@ -39,6 +39,12 @@ KINDS = [KeyboardInterrupt, SystemExit, MemoryError]
 SLOW = 20 if os.environ.get("PYLIMITER_GC_THRESHOLD") else 1
 
 
+def _cs_held(sem):
+    """Whether any thread holds the semaphore's section (an RLock: no
+    locked() before 3.14)."""
+    return not repr(sem._cs).startswith("<unlocked")
+
+
 class FlakyLoop(asyncio.SelectorEventLoop):
     """An event loop whose next ``fail`` schedulings of a pylimiter wake
     batch raise ``exc`` at the call's first line, as a signal handler run
@@ -343,7 +349,7 @@ class _Interrupter:
         # After the grant (the waiter left the queue) and the critical
         # section (it is free again).
         if event == "line" and not self.fired and self.sem.queue_size == 0 \
-                and not self.sem._cs.locked() and self.sem._tok:
+                and not _cs_held(self.sem) and self.sem._tok:
             self.seen += 1
             if self.seen == self.k:
                 self.fired = True
