@@ -597,11 +597,18 @@ cdef class _Seg:
 
     def __dealloc__(self):
         cdef int b
+        cdef bint got
         if self.mapped:
             if not self.closed and not self.forked and self.h.slot >= 0:
                 # Collected while attached: detach (what it holds goes back).
                 plim_shm_waker_stop(&self.h)
-                if plim_shm_trylock(&self.h) or plim_shm_lock(&self.h) == PLIM_SHM_OK:
+                got = plim_shm_trylock(&self.h)
+                if not got:
+                    # Without the GIL: a thread of ours that took the lock
+                    # without it may be waiting for the GIL to go on.
+                    with nogil:
+                        got = plim_shm_lock(&self.h) == PLIM_SHM_OK
+                if got:
                     plim_shm_detach_locked(&self.h)
                     plim_shm_unlock(&self.h)
                 plim_shm_release_slot(&self.h, self.h.slot)
@@ -1087,6 +1094,12 @@ cdef class SharedSemaphore:
             p._permits = 0
             return
         seg.lock()
+        # Read again: the lock may have let the GIL go, and another thread
+        # release the same permit meanwhile (it would count twice).
+        n = p._permits
+        if n == 0:
+            seg.unlock()
+            return
         p._permits = 0
         if p._pending:
             plim_shm_give_back_locked(&seg.h, self._p, n, p._pend_rec, p._pend_ticket)
@@ -1108,8 +1121,10 @@ cdef class SharedSemaphore:
             permit._permits = n
             return True
         seg.lock()
-        permit._permits = n
-        plim_shm_give_back_locked(&seg.h, self._p, cur - n, PLIM_SHM_NIL, 0)
+        cur = permit._permits   # again: see release
+        if n < cur:
+            permit._permits = n
+            plim_shm_give_back_locked(&seg.h, self._p, cur - n, PLIM_SHM_NIL, 0)
         seg.unlock()
         return True
 
