@@ -26,6 +26,7 @@ loop's call_soon_threadsafe).
 
 from __future__ import annotations
 
+import _thread
 import asyncio
 import mmap
 import os
@@ -33,7 +34,6 @@ import signal
 import struct
 import threading
 import time
-import warnings
 from collections.abc import Callable, Generator
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Optional, TypeVar
@@ -175,6 +175,10 @@ MAX_REPAIRS = 3
 
 IsCancelled = Optional[Callable[[], object]]
 _T = TypeVar("_T")
+_allocate_lock = _thread.allocate_lock
+
+#: Per thread: how many critical sections (of any segment) it is inside.
+_sections = threading.local()
 
 MSG_REENTERED = (
     "pylimiter: a finaliser or a signal handler called the host-wide limiter while its "
@@ -200,7 +204,15 @@ class _Waiter:
         self.n = n
         self.check = check
         self.loop = loop
-        self.event = threading.Event() if loop is None else None
+        # A blocking waiter's wake-up: a lock held until signalled.  Not an
+        # Event: Event.set() takes the Event's own lock, which the waiting
+        # thread holds around its wait -- where a finaliser or signal
+        # handler that grants this very request runs set() and waits for
+        # ever.  A lock's release never waits.
+        self.event: Any = None
+        if loop is None:
+            self.event = _allocate_lock()
+            self.event.acquire()
         self.fut: Optional[asyncio.Future[None]] = None
         self.removed = False      # this process took it out of the queue
         self.state = W_QUEUED     # the outcome once collected
@@ -210,8 +222,12 @@ class _Waiter:
 
     def signal(self) -> None:
         """Wake whoever waits on it (any thread)."""
-        if self.event is not None:
-            self.event.set()
+        ev = self.event
+        if ev is not None:
+            try:
+                ev.release()
+            except RuntimeError:   # signalled already
+                pass
             return
         fut, loop = self.fut, self.loop
         if fut is None or loop is None:
@@ -248,8 +264,6 @@ class _Seg:
         # owner: a finaliser or a signal handler run by this thread inside a
         # section (at any call or allocation there) must not wait for it.
         self.tlock = threading.RLock()
-        self.deferred: list[tuple[Callable[..., object], tuple[object, ...]]] = []
-        self.draining = False
         self.waiters: dict[int, _Waiter] = {}
         self.loop_waiters: dict[asyncio.AbstractEventLoop, dict[_Waiter, None]] = {}
         self.pollers: set[asyncio.AbstractEventLoop] = set()
@@ -331,10 +345,12 @@ class _Seg:
         if self.tlock._is_owned():   # type: ignore[attr-defined]
             raise RuntimeError(MSG_REENTERED)
         self.tlock.acquire()
+        _sections.depth = getattr(_sections, "depth", 0) + 1
         try:
             if not ofd_trylock(self.lockfd, MUTEX_BYTE):
                 self._lock_slow()
         except BaseException:
+            _sections.depth -= 1
             self.tlock.release()
             raise
         try:
@@ -368,38 +384,27 @@ class _Seg:
                 self.set_u32(H_DIRTY, 0)
             ofd_unlock(self.lockfd, MUTEX_BYTE)
         finally:
+            _sections.depth -= 1
             self.tlock.release()
-        self.after_tlock()
 
-    def after_tlock(self) -> None:
-        """Once ``tlock`` is let go: what finalisers deferred meanwhile."""
-        if self.deferred and not self.draining and \
-                not self.tlock._is_owned():   # type: ignore[attr-defined]
-            self._run_deferred()
+    def inside(self) -> bool:
+        """Whether this thread is inside a section (of any segment), or holds
+        this segment's thread lock: a finaliser or signal handler runs here."""
+        return bool(getattr(_sections, "depth", 0)) or \
+            self.tlock._is_owned()   # type: ignore[attr-defined]
 
     def defer_or_run(self, fn: Callable[..., object], *args: object) -> bool:
         """For what a finaliser or a signal handler may do -- give permits
         back, leave the queue --: False, to be done now; or, in a thread that
-        is inside a section (the handler or finaliser ran there, and the
-        section is half done), True: ``fn(*args)`` runs as that section ends
-        (unlock)."""
-        if not self.tlock._is_owned():   # type: ignore[attr-defined]
+        is inside a section (the handler or finaliser ran there: the section
+        is half done, and this thread holds its locks), True: ``fn(*args)``
+        runs in a thread of its own, which waits for the locks as any other
+        thread would.  Inside another segment's section too: taking a second
+        segment's locks there could wait for a process that waits for ours."""
+        if not self.inside():
             return False
-        self.deferred.append((fn, args))
+        threading.Thread(target=fn, args=args, name="pylimiter-deferred", daemon=True).start()
         return True
-
-    def _run_deferred(self) -> None:
-        self.draining = True
-        try:
-            while self.deferred and not self.tlock._is_owned():   # type: ignore[attr-defined]
-                fn, args = self.deferred.pop(0)
-                try:
-                    fn(*args)
-                except Exception as e:   # as a finaliser's own exception: reported, not raised
-                    warnings.warn(f"pylimiter: {fn.__name__} deferred from a finaliser or a "
-                                  f"signal handler failed: {e!r}", RuntimeWarning, stacklevel=2)
-        finally:
-            self.draining = False
 
     def run_locked(self, fn: Callable[..., _T], *args: Any) -> _T:
         """``fn(*args)`` in a critical section.  ``fn`` raises only when
@@ -482,8 +487,6 @@ class _Seg:
         # The parent's slot lock lives in a file description we share: drop
         # our reference, or the parent would look alive after its death.
         self.tlock = threading.RLock()
-        self.deferred = []   # the parent's: its permits, its records
-        self.draining = False
         if self.lockfd >= 0:
             try:
                 os.close(self.lockfd)
@@ -540,7 +543,11 @@ class _Seg:
     def observe(self) -> None:
         """Before a count is read: a process that died since the last sweep
         gives back what it held now (issue 33, point 6: "at once when the
-        next operation finds it dead"), not at the next timed sweep."""
+        next operation finds it dead"), not at the next timed sweep.  Not
+        from a finaliser or signal handler inside a section: the next call
+        will."""
+        if self.inside():
+            return
         if self.sweep_due():
             self.sweep()
         elif self.any_dead():
@@ -1020,7 +1027,6 @@ class _SharedRequest(NoCopy, ReleasingRequest[SharedSemaphorePermit]):
                 with sem._seg.tlock:
                     sem._seg.anon[sem._p] += p._permits
                     p._permits = 0
-                sem._seg.after_tlock()
                 return None
             self._result = p
             return p
@@ -1344,11 +1350,14 @@ class SharedSemaphore:
             return
         if seg.defer_or_run(self.release, permit):
             return
-        pending = permit._pending
 
         def give() -> list[int]:
+            # Read here: another thread may have released it meanwhile.
+            n = permit._permits
+            if n == 0:
+                return []
             permit._permits = 0
-            return self._give_back_locked(seg, n, pending)
+            return self._give_back_locked(seg, n, permit._pending)
 
         seg.wake(seg.run_locked(give))
 
@@ -1364,6 +1373,10 @@ class SharedSemaphore:
             return True
 
         def give() -> list[int]:
+            # Read here: another thread may have released it meanwhile.
+            cur = permit._permits
+            if n >= cur:
+                return []
             permit._permits = n
             return self._give_back_locked(seg, cur - n, None)
 
@@ -1641,10 +1654,9 @@ class SharedSemaphore:
                     if left <= 0:
                         self._abandon(w, True)
                         break
-                    ev.wait(min(left, POLL_S))
+                    ev.acquire(True, min(left, POLL_S))
                 else:
-                    ev.wait(POLL_S)
-                ev.clear()
+                    ev.acquire(True, POLL_S)
                 if seg.sweep_due() and not seg.closed:
                     seg.sweep()
         except BaseException:
@@ -1752,16 +1764,17 @@ class SharedSemaphore:
 
         def __aexit__(self, exc_type, exc, tb):
             seg = self._s()
-            try:
-                with seg.tlock:
-                    if seg.anon[self._p] <= 0:
-                        raise RuntimeError(MSG_ANON_EXIT)
-                    seg.anon[self._p] -= 1
-            finally:
-                seg.after_tlock()
-            if not seg.closed:
-                seg.wake(seg.run_locked(self._give_back_locked, seg, 1, None))
+            if not seg.defer_or_run(self._anon_exit, seg):
+                self._anon_exit(seg)
             return DONE
+
+    def _anon_exit(self, seg: _Seg) -> None:
+        with seg.tlock:
+            if seg.anon[self._p] <= 0:
+                raise RuntimeError(MSG_ANON_EXIT)
+            seg.anon[self._p] -= 1
+        if not seg.closed:
+            seg.wake(seg.run_locked(self._give_back_locked, seg, 1, None))
 
     def close(self) -> None:
         """Detach this process (idempotent): its queued requests fail with
