@@ -1158,12 +1158,19 @@ class AsyncSemaphore(NoCopy):
         def __aexit__(self, exc_type, exc, tb):
             if not self._ready:
                 raise self._unready()
-            with self._cs, self._hold:
-                if self._anon <= 0:
-                    raise RuntimeError(MSG_ANON_EXIT)
-                self._anon -= 1
-            self._return_permits(1)
+            try:
+                self._anon_exit()
+            except _Reentered:
+                # A dropped coroutine closed inside a section of ours.
+                _later(self._anon_exit)
             return DONE
+
+    def _anon_exit(self) -> None:
+        with self._cs, self._hold:
+            if self._anon <= 0:
+                raise RuntimeError(MSG_ANON_EXIT)
+            self._anon -= 1
+        self._return_permits(1)
 
     def close(self) -> None:
         """Close (idempotent): queued requests fail with

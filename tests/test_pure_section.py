@@ -453,3 +453,26 @@ def test_anything_else_from_inside_a_slow_path_is_refused_at_once(monkeypatch):
     assert errors and "finaliser or a signal handler" in errors[0]
     sem.release(p)
     assert sem._tok == [True] and not _cs_held(sem) and sem.available_permits == 4
+
+
+def test_an_async_with_exit_inside_a_slow_path_gives_the_permit_back(monkeypatch):
+    """A coroutine suspended inside `async with sem:` and closed there (as
+    the collector closes a dropped one) exits the block: its permit goes
+    back once the section ends."""
+    sem = mod.AsyncSemaphore(4, 0, None)
+
+    class Suspend:
+        def __await__(self):
+            yield None
+
+    async def holder():
+        async with sem:
+            await Suspend()
+
+    coro = holder()
+    coro.send(None)
+    assert sem.acquired_permits == 1
+    _once_inside_the_section(monkeypatch, coro.close)
+    assert sem.try_acquire(4) is None
+    _wait(lambda: sem.acquired_permits == 0, "the block's permit never came back")
+    assert sem._tok == [True] and not _cs_held(sem) and sem.available_permits == 4
