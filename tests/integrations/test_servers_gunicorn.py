@@ -82,6 +82,18 @@ def uploads(srv: Server, n: int = 40):
     return run(main(), timeout=180)
 
 
+def spread_uploads(srv: Server, tries: int = 3):
+    """Batches of uploads until at least two workers served some (a loaded
+    machine can let one worker win every accept of a batch), at most
+    ``tries``; every batch's results."""
+    results = []
+    for _ in range(tries):
+        results += uploads(srv)
+        if len({r.headers["x-pid"] for r in results}) >= 2:
+            break
+    return results
+
+
 def worker_stats(srv: Server) -> dict:
     """/stats of each worker reached (by pid), asking until all four
     answered or 200 tries."""
@@ -96,9 +108,9 @@ def worker_stats(srv: Server) -> dict:
 
 def test_per_process_semaphores_bound_each_worker_alone(tmp_path):
     with gunicorn(tmp_path, {"PYLIMITER_TEST_LIMITER": "semaphore"}) as srv:
-        results = uploads(srv)
+        results = spread_uploads(srv)
         stats = worker_stats(srv)
-    assert [r.status_code for r in results] == [200] * 40
+    assert [r.status_code for r in results] == [200] * len(results)
     assert len({r.headers["x-pid"] for r in results}) >= 2   # the load was spread
     for s in stats.values():
         assert s["held_hwm"] <= BUDGET and s["acquired"] == 0
@@ -114,9 +126,9 @@ def test_one_shared_semaphore_bounds_all_four_workers(tmp_path):
     env = {"PYLIMITER_TEST_LIMITER": "shared", "PYLIMITER_TEST_SHARED": name,
            "PYLIMITER_TEST_SHARED_DIR": str(tmp_path)}
     with gunicorn(tmp_path, env) as srv:
-        results = uploads(srv)
+        results = spread_uploads(srv)
         stats = worker_stats(srv)
-    assert [r.status_code for r in results] == [200] * 40
+    assert [r.status_code for r in results] == [200] * len(results)
     assert len({r.headers["x-pid"] for r in results}) >= 2
     # One budget for the host: what the four workers held together.
     most = host_high_water(tmp_path / "events")
