@@ -345,12 +345,15 @@ class _Seg:
         if self.tlock._is_owned():   # type: ignore[attr-defined]
             raise RuntimeError(MSG_REENTERED)
         self.tlock.acquire()
-        _sections.depth = getattr(_sections, "depth", 0) + 1
         try:
-            if not ofd_trylock(self.lockfd, MUTEX_BYTE):
-                self._lock_slow()
+            _sections.depth = getattr(_sections, "depth", 0) + 1
+            try:
+                if not ofd_trylock(self.lockfd, MUTEX_BYTE):
+                    self._lock_slow()
+            except BaseException:
+                _sections.depth -= 1
+                raise
         except BaseException:
-            _sections.depth -= 1
             self.tlock.release()
             raise
         try:
