@@ -91,6 +91,7 @@ from ._common import (
     warn_leaked_permit,
     warn_never_awaited,
 )
+from ._deferred import later as _later
 from ._dual import DualMemoryLimiterBase, DualMemoryPermit
 
 __all__ = [
@@ -228,13 +229,6 @@ else:   # 3.10: the count is only in the repr ("... owner=... count=2 at 0x...>"
         r = repr(lock)
         i = r.find(" count=")
         return int(r[i + 7:r.index(" ", i + 7)]) if i >= 0 else 0
-
-
-def _later(fn: Callable[..., object], *args: object) -> None:
-    """fn(*args) in a thread of its own: it waits for the section this
-    thread is inside to end, then gives the permits back or leaves the
-    queue as a direct call would have."""
-    threading.Thread(target=fn, args=args, name="pylimiter-deferred", daemon=True).start()
 
 
 # ---- never-awaited requests, without a finaliser on the hot path ---------------

@@ -585,7 +585,9 @@ def unlink_segment(name: object, directory: object = None) -> None:
 # description, which a fork shares), and its first call registers it.
 
 _forkable: "weakref.WeakSet[Any]" = weakref.WeakSet()
-_forkable_lock = threading.Lock()
+# An RLock: the collector may run in add() or discard() and finalise an
+# attachment, whose close() untracks it.
+_forkable_lock = threading.RLock()
 
 
 def track_fork(obj: Any) -> None:
@@ -601,7 +603,7 @@ def untrack_fork(obj: Any) -> None:
 
 def _after_fork_in_child() -> None:
     global _forkable_lock
-    _forkable_lock = threading.Lock()   # another thread may have held it
+    _forkable_lock = threading.RLock()   # another thread may have held it
     for obj in list(_forkable):
         try:
             obj._after_fork_in_child()

@@ -83,6 +83,7 @@ from ._common import (
     uninitialised_error,
     uninitialised_repr,
 )
+from ._deferred import later
 from ._shared_common import (
     H_BUMP,
     H_DIRTY,
@@ -337,25 +338,12 @@ class _Seg:
     # ---- the lock ---------------------------------------------------------
 
     def lock(self) -> None:
-        """Enter a critical section: this process's threads first, then the
-        host's file lock.  A dirty mark left by the previous holder means it
-        died (or was interrupted) inside its section: repair first.
-        Refused in a thread that is inside a section already (a finaliser or
-        a signal handler that ran there): see defer_or_run."""
-        if self.tlock._is_owned():   # type: ignore[attr-defined]
-            raise RuntimeError(MSG_REENTERED)
-        self.tlock.acquire()
-        try:
-            _sections.depth = getattr(_sections, "depth", 0) + 1
-            try:
-                if not ofd_trylock(self.lockfd, MUTEX_BYTE):
-                    self._lock_slow()
-            except BaseException:
-                _sections.depth -= 1
-                raise
-        except BaseException:
-            self.tlock.release()
-            raise
+        """The host's file lock, in run_locked (which holds this process's
+        thread lock around it).  A dirty mark left by the previous holder
+        means it died (or was interrupted) inside its section: repair
+        first."""
+        if not ofd_trylock(self.lockfd, MUTEX_BYTE):
+            self._lock_slow()
         try:
             if self.u32(H_DIRTY):
                 self.set_u32(H_DIRTY, 1)
@@ -385,10 +373,8 @@ class _Seg:
         try:
             if clean:
                 self.set_u32(H_DIRTY, 0)
-            ofd_unlock(self.lockfd, MUTEX_BYTE)
         finally:
-            _sections.depth -= 1
-            self.tlock.release()
+            ofd_unlock(self.lockfd, MUTEX_BYTE)
 
     def inside(self) -> bool:
         """Whether this thread is inside a section (of any segment), or holds
@@ -401,30 +387,40 @@ class _Seg:
         back, leave the queue --: False, to be done now; or, in a thread that
         is inside a section (the handler or finaliser ran there: the section
         is half done, and this thread holds its locks), True: ``fn(*args)``
-        runs in a thread of its own, which waits for the locks as any other
-        thread would.  Inside another segment's section too: taking a second
+        runs in pylimiter's worker thread (_deferred), which waits for the
+        locks as any other thread would.  Inside another segment's section too: taking a second
         segment's locks there could wait for a process that waits for ours."""
         if not self.inside():
             return False
-        threading.Thread(target=fn, args=args, name="pylimiter-deferred", daemon=True).start()
+        later(fn, *args)
         return True
 
     def run_locked(self, fn: Callable[..., _T], *args: Any) -> _T:
         """``fn(*args)`` in a critical section.  ``fn`` raises only when
         interrupted; it returns the errors it decides on."""
-        self.lock()
-        try:
-            out = fn(*args)
-        except struct.error:
-            # A value of another process's writing that no field may hold:
-            # the segment is corrupt, not this call's input.
-            self.unlock(clean=False)
-            raise shared_error(self.path, "corrupt while in use (a value out of range)") from None
-        except BaseException:
-            self.unlock(clean=False)
-            raise
-        self.unlock()
-        return out
+        if self.tlock._is_owned():   # type: ignore[attr-defined]
+            raise RuntimeError(MSG_REENTERED)
+        # A `with`: no interrupt lands between the take and the block (after
+        # a bare acquire() one could, and keep the lock for good).
+        with self.tlock:
+            _sections.depth = getattr(_sections, "depth", 0) + 1
+            try:
+                self.lock()
+                try:
+                    out = fn(*args)
+                except struct.error:
+                    # A value of another process's writing that no field may
+                    # hold: the segment is corrupt, not this call's input.
+                    self.unlock(clean=False)
+                    raise shared_error(self.path,
+                                       "corrupt while in use (a value out of range)") from None
+                except BaseException:
+                    self.unlock(clean=False)
+                    raise
+                self.unlock()
+                return out
+            finally:
+                _sections.depth -= 1
 
     # ---- registration ------------------------------------------------------
 
@@ -903,10 +899,14 @@ class _Seg:
                     pass
 
     def __del__(self) -> None:
-        # A collected attachment detaches (its permits go back).
+        # A collected attachment detaches (its permits go back); inside a
+        # section (collected there), by the worker, as a release would be.
         try:
             if not self.closed and self.mm is not None and self.slot >= 0:
-                self.close()
+                if self.inside():
+                    later(self.close)
+                else:
+                    self.close()
         except Exception:
             pass
 
