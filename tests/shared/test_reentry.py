@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import os
 import sys
 import threading
 import time
@@ -294,3 +295,33 @@ def test_pure_anything_else_inside_a_section_is_refused_at_once(shm, name, pure,
     assert errors and "finaliser or a signal handler" in errors[0]
     sem.release(p)
     assert sem.available_permits == 4
+
+
+_EXIT_SCRIPT = r'''
+import os, sys
+from pylimiter import _shared_py as sp
+sem = sp.SharedSemaphore("exit-%d" % os.getpid(), max_permits=300, directory=sys.argv[1])
+permits = [sem.try_acquire(1) for _ in range(200)]
+
+class Conn:
+    def __init__(self, p):
+        self.p = p
+    def __del__(self):   # at module teardown
+        sem.release(self.p)
+        sys.stderr.write("released at exit\n")
+
+conn = Conn(sem.try_acquire(1))
+# Releases made inside a section, as finalisers there would: deferred.
+sem._seg.run_locked(lambda: [sem.release(p) for p in permits])
+'''
+
+
+def test_pure_the_interpreter_exits_after_deferred_releases(shm_dir, pure):
+    """Deferred work must not keep a lock that a finaliser at exit needs (a
+    daemon thread frozen at exit holding the thread lock hung the exit)."""
+    import subprocess
+    r = subprocess.run([sys.executable, "-c", _EXIT_SCRIPT, shm_dir], capture_output=True,
+                       text=True, timeout=60, env={**os.environ, "PYLIMITER_NO_EXTENSIONS": "1"})
+    assert r.returncode == 0, r.stderr
+    assert "released at exit" in r.stderr
+
