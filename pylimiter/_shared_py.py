@@ -388,8 +388,9 @@ class _Seg:
         is inside a section (the handler or finaliser ran there: the section
         is half done, and this thread holds its locks), True: ``fn(*args)``
         runs in pylimiter's worker thread (_deferred), which waits for the
-        locks as any other thread would.  Inside another segment's section too: taking a second
-        segment's locks there could wait for a process that waits for ours."""
+        locks as any other thread would.  Inside another segment's section
+        too: taking a second segment's locks there could wait for a process
+        that waits for ours."""
         if not self.inside():
             return False
         later(fn, *args)

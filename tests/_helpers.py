@@ -6,6 +6,7 @@ import importlib.util
 import os
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -70,3 +71,16 @@ def run_module(module, *args, timeout=120):
 #: and without PySpark no Spark version can refuse mesos://).
 needs_pyspark = pytest.mark.skipif(importlib.util.find_spec("pyspark") is None,
                                    reason="PySpark (the [spark] extra) is not installed")
+
+
+def wait_until(cond, timeout=30, what="condition"):
+    deadline = time.monotonic() + timeout
+    while not cond():
+        assert time.monotonic() < deadline, f"{what} not reached within {timeout} s"
+        time.sleep(0.002)
+
+
+def cs_held(sem):
+    """Whether any thread holds a pure-Python semaphore's critical section
+    (an RLock: no locked() before 3.14)."""
+    return not repr(sem._cs).startswith("<unlocked")

@@ -21,13 +21,7 @@ import time
 import pytest
 
 from pylimiter import _limiter_py as mod
-from tests._helpers import check_invariant, release_all
-
-
-def _cs_held(sem):
-    """Whether any thread holds the semaphore's section (an RLock: no
-    locked() before 3.14)."""
-    return not repr(sem._cs).startswith("<unlocked")
+from tests._helpers import check_invariant, cs_held, release_all, wait_until
 
 
 @pytest.mark.parametrize("part", ["slow", "fast"])
@@ -107,7 +101,7 @@ def test_threads_hammering_the_fast_paths_keep_the_books():
         t.join(10)
     assert not errors and not any(t.is_alive() for t in threads)
     check_invariant(sem, [])
-    assert not _cs_held(sem) and sem._tok == [True]
+    assert not cs_held(sem) and sem._tok == [True]
 
 
 class _InterruptAt:
@@ -170,7 +164,7 @@ def test_an_interrupt_at_any_point_of_the_fast_paths_never_keeps_the_section():
                 loop.close()
             mod._look()
             gc.collect()
-        assert not _cs_held(sem), f"the section stayed held (interrupt at point {k})"
+        assert not cs_held(sem), f"the section stayed held (interrupt at point {k})"
         # The token is back, or marked as left by a slow path (which the
         # next slow path takes over: checked below).
         assert sem._tok == [True] and not sem._hold.owned or \
@@ -274,7 +268,7 @@ def test_a_storm_of_real_interrupts_leaves_the_semaphore_working(monkeypatch):
         gc.collect()
     assert hits[0] > 50, hits[0]   # the storm did land
     assert not errors and not any(t.is_alive() for t in threads)
-    assert not _cs_held(sem) and sem._tok == [True]
+    assert not cs_held(sem) and sem._tok == [True]
     assert sem.queue_size == 0
     for p in kept:
         sem.release(p)
@@ -370,7 +364,7 @@ def test_a_finaliser_run_by_the_collector_never_waits_for_its_own_thread():
     assert not hung, f"hung with the token {sem._tok} after {rounds[0]} rounds"
     assert not errors and rounds[0] > 0
     gc.collect()
-    assert sem._tok == [True] and not _cs_held(sem) and sem.acquired_permits == 0
+    assert sem._tok == [True] and not cs_held(sem) and sem.acquired_permits == 0
 
 
 def _once_inside_the_section(monkeypatch, fn):
@@ -387,13 +381,6 @@ def _once_inside_the_section(monkeypatch, fn):
     monkeypatch.setattr(mod.AsyncSemaphore, "_fits_now_locked", fits_now_locked)
 
 
-def _wait(cond, what):
-    deadline = time.monotonic() + 10
-    while not cond():
-        assert time.monotonic() < deadline, what
-        time.sleep(0.001)
-
-
 def test_a_release_from_inside_a_slow_path_is_done_once_it_ends(monkeypatch):
     """A finaliser or signal handler that gives a permit back while its own
     thread is inside a slow path of the same semaphore (the state half
@@ -406,10 +393,10 @@ def test_a_release_from_inside_a_slow_path_is_done_once_it_ends(monkeypatch):
     _once_inside_the_section(monkeypatch, lambda: (sem.release(a), seen.append(a.permits)))
     b = sem.try_acquire(1)
     assert b is not None and seen == [3], "not done inside the section"
-    _wait(lambda: a.permits == 0, "the deferred release never ran")
+    wait_until(lambda: a.permits == 0, 10, "the deferred release never ran")
     assert sem.available_permits == 3 and sem.acquired_permits == 1
     sem.release(b)
-    assert sem._tok == [True] and not _cs_held(sem) and sem.available_permits == 4
+    assert sem._tok == [True] and not cs_held(sem) and sem.available_permits == 4
 
 
 def test_a_dropped_request_inside_a_slow_path_leaves_the_queue_once_it_ends(monkeypatch):
@@ -424,7 +411,7 @@ def test_a_dropped_request_inside_a_slow_path_leaves_the_queue_once_it_ends(monk
         # frees inside the section would be.
         _once_inside_the_section(monkeypatch, task.get_coro().close)
         assert sem.try_acquire(1) is None
-        _wait(lambda: sem.queue_size == 0, "the dropped request never left the queue")
+        wait_until(lambda: sem.queue_size == 0, 10, "the dropped request never left the queue")
         sem.release(held)
         assert sem.available_permits == 1
         task.cancel()
@@ -452,7 +439,7 @@ def test_anything_else_from_inside_a_slow_path_is_refused_at_once(monkeypatch):
     p = sem.try_acquire(1)
     assert errors and "finaliser or a signal handler" in errors[0]
     sem.release(p)
-    assert sem._tok == [True] and not _cs_held(sem) and sem.available_permits == 4
+    assert sem._tok == [True] and not cs_held(sem) and sem.available_permits == 4
 
 
 def test_an_async_with_exit_inside_a_slow_path_gives_the_permit_back(monkeypatch):
@@ -474,5 +461,5 @@ def test_an_async_with_exit_inside_a_slow_path_gives_the_permit_back(monkeypatch
     assert sem.acquired_permits == 1
     _once_inside_the_section(monkeypatch, coro.close)
     assert sem.try_acquire(4) is None
-    _wait(lambda: sem.acquired_permits == 0, "the block's permit never came back")
-    assert sem._tok == [True] and not _cs_held(sem) and sem.available_permits == 4
+    wait_until(lambda: sem.acquired_permits == 0, 10, "the block's permit never came back")
+    assert sem._tok == [True] and not cs_held(sem) and sem.available_permits == 4

@@ -31,18 +31,12 @@ import time
 
 import pytest
 
-from tests._helpers import release_all
+from tests._helpers import cs_held, release_all
 
 KINDS = [KeyboardInterrupt, SystemExit, MemoryError]
 #: Timeouts stretch on the Py_DEBUG tier's stress pass (a collection at
 #: nearly every allocation, under ASan): set-up takes that much longer.
 SLOW = 20 if os.environ.get("PYLIMITER_GC_THRESHOLD") else 1
-
-
-def _cs_held(sem):
-    """Whether any thread holds the semaphore's section (an RLock: no
-    locked() before 3.14)."""
-    return not repr(sem._cs).startswith("<unlocked")
 
 
 class FlakyLoop(asyncio.SelectorEventLoop):
@@ -349,7 +343,7 @@ class _Interrupter:
         # After the grant (the waiter left the queue) and the critical
         # section (it is free again).
         if event == "line" and not self.fired and self.sem.queue_size == 0 \
-                and not _cs_held(self.sem) and self.sem._tok:
+                and not cs_held(self.sem) and self.sem._tok:
             self.seen += 1
             if self.seen == self.k:
                 self.fired = True

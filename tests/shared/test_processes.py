@@ -13,6 +13,7 @@ import time
 import pytest
 
 from pylimiter import PermitAcquireQueueFullError
+from tests._helpers import wait_until
 from tests.shared import _workers
 
 
@@ -21,13 +22,6 @@ def get(q, timeout=30):
         return q.get(timeout=timeout)
     except queue.Empty:
         raise AssertionError(f"no event within {timeout} s") from None
-
-
-def wait_until(cond, timeout=30, what="condition"):
-    deadline = time.monotonic() + timeout
-    while not cond():
-        assert time.monotonic() < deadline, f"{what} not reached within {timeout} s"
-        time.sleep(0.002)
 
 
 def read_log(path, count, timeout=60):

@@ -22,6 +22,7 @@ import weakref
 import pytest
 
 from pylimiter import PermitAcquireQueueFullError, PermitAcquireTimeoutError
+from tests._helpers import wait_until
 
 
 class _Conn:
@@ -127,13 +128,6 @@ def _inside_every_section(sem, monkeypatch, fn):
     monkeypatch.setattr(type(sem._seg), "lock", lock)
 
 
-def _wait(cond, what):
-    deadline = time.monotonic() + 10
-    while not cond():
-        assert time.monotonic() < deadline, what
-        time.sleep(0.001)
-
-
 def test_pure_a_release_inside_a_section_completes_as_it_ends(shm, name, pure, monkeypatch):
     sem = shm.SharedSemaphore(name, max_permits=4)
     a = sem.acquire_blocking(3, timeout=None)
@@ -142,7 +136,7 @@ def test_pure_a_release_inside_a_section_completes_as_it_ends(shm, name, pure, m
     # The section that runs it: a try_acquire refused for want of permits.
     assert sem.try_acquire(2) is None
     assert seen == [3], "the release was done inside the half-done section"
-    _wait(lambda: a.permits == 0, "the deferred release never ran")
+    wait_until(lambda: a.permits == 0, 10, "the deferred release never ran")
     assert sem.available_permits == 4 and sem.acquired_permits == 0
 
 
@@ -155,8 +149,8 @@ def test_pure_a_deferred_release_and_another_release_count_once(shm, name, pure,
     _inside_every_section(sem, monkeypatch, lambda: sem.release(a))
     assert sem.try_acquire(5) is None
     sem.release(a)
-    _wait(lambda: not [t for t in threading.enumerate() if t.name == "pylimiter-deferred"],
-          "the deferred release never ended")
+    wait_until(lambda: not [t for t in threading.enumerate() if t.name == "pylimiter-deferred"],
+               10, "the deferred release never ended")
     assert a.permits == 0 and b.permits == 3
     assert sem.acquired_permits == 3 and sem.available_permits == 7
     sem.release(b)
@@ -180,7 +174,7 @@ def test_pure_a_release_of_another_attachment_inside_a_section(shm, name, pure, 
 
     _inside_every_section(sem, monkeypatch, release_other)
     assert sem.try_acquire(3) is None
-    _wait(lambda: p.permits == 0 or errors, "the deferred release never ran")
+    wait_until(lambda: p.permits == 0 or errors, 10, "the deferred release never ran")
     assert errors == [] and sem.acquired_permits == 0 and sem.available_permits == 4
     other.close()
 
@@ -204,7 +198,7 @@ def test_pure_an_async_with_exit_inside_a_section_gives_the_permit_back(shm, nam
     assert coro.send(None) == "suspended" and sem.acquired_permits == 1
     _inside_every_section(sem, monkeypatch, coro.close)
     assert sem.try_acquire(4) is None
-    _wait(lambda: sem.acquired_permits == 0, "the block's permit never came back")
+    wait_until(lambda: sem.acquired_permits == 0, 10, "the block's permit never came back")
     assert sem.available_permits == 4
 
 
@@ -233,7 +227,7 @@ def test_pure_a_blocking_wait_granted_from_its_own_thread(shm, name, pure, monke
 
     t = threading.Thread(target=waiter, daemon=True)
     t.start()
-    _wait(lambda: sem.queue_size == 1, "the waiter never queued")
+    wait_until(lambda: sem.queue_size == 1, 10, "the waiter never queued")
     # Long enough for a wait that polls to leave one of its waits.
     time.sleep(0.3)
     if held.permits:   # its thread ran no Condition code: released from here
