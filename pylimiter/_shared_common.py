@@ -322,6 +322,11 @@ def _flock(kind: int, start: int) -> bytes:
     return _FLOCK.pack(kind, os.SEEK_SET, start, 1, 0)
 
 
+#: ``fcntl(fd, F_OFD_SETLK, UNLOCK_MUTEX)`` drops the pure twin's mutex in
+#: one C call, with nothing built first that an interrupt could stop.
+UNLOCK_MUTEX = _flock(fcntl.F_UNLCK, MUTEX_BYTE)
+
+
 def ofd_trylock(fd: int, byte: int) -> bool:
     """Take the write lock on ``byte`` through ``fd``'s file description,
     without waiting.  False if another file description holds it."""

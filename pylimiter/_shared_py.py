@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import _thread
 import asyncio
+import fcntl
 import mmap
 import os
 import signal
@@ -134,6 +135,7 @@ from ._shared_common import (
     S_WAKE,
     SLOT_FREE,
     SLOT_LIVE,
+    UNLOCK_MUTEX,
     SharedDualMemoryLimiterBase,
     SharedLimiterError,
     check_name,
@@ -178,8 +180,12 @@ IsCancelled = Optional[Callable[[], object]]
 _T = TypeVar("_T")
 _allocate_lock = _thread.allocate_lock
 
-#: Per thread: how many critical sections (of any segment) it is inside.
-_sections = threading.local()
+class _Sections(threading.local):
+    #: How many critical sections (of any segment) this thread is inside.
+    depth = 0
+
+
+_sections = _Sections()
 
 MSG_REENTERED = (
     "pylimiter: a finaliser or a signal handler called the host-wide limiter while its "
@@ -338,20 +344,16 @@ class _Seg:
     # ---- the lock ---------------------------------------------------------
 
     def lock(self) -> None:
-        """The host's file lock, in run_locked (which holds this process's
-        thread lock around it).  A dirty mark left by the previous holder
-        means it died (or was interrupted) inside its section: repair
-        first."""
+        """Take the host's file lock, in run_locked (which holds this
+        process's thread lock around it, and drops the file lock whatever
+        happens here).  A dirty mark left by the previous holder means it
+        died (or was interrupted) inside its section: repair first."""
         if not ofd_trylock(self.lockfd, MUTEX_BYTE):
             self._lock_slow()
-        try:
-            if self.u32(H_DIRTY):
-                self.set_u32(H_DIRTY, 1)
-                self.repair_locked()
+        if self.u32(H_DIRTY):
             self.set_u32(H_DIRTY, 1)
-        except BaseException:
-            self.unlock(clean=False)
-            raise
+            self.repair_locked()
+        self.set_u32(H_DIRTY, 1)
 
     def _lock_slow(self) -> None:
         """Wait for the file lock, polling (a dead holder's lock is dropped
@@ -367,19 +369,10 @@ class _Seg:
             time.sleep(delay)
             delay = min(delay * 2, 0.002)
 
-    def unlock(self, clean: bool = True) -> None:
-        """Leave it; ``clean=False`` (interrupted midway) leaves the dirty
-        mark so the next holder repairs."""
-        try:
-            if clean:
-                self.set_u32(H_DIRTY, 0)
-        finally:
-            ofd_unlock(self.lockfd, MUTEX_BYTE)
-
     def inside(self) -> bool:
         """Whether this thread is inside a section (of any segment), or holds
         this segment's thread lock: a finaliser or signal handler runs here."""
-        return bool(getattr(_sections, "depth", 0)) or \
+        return bool(_sections.depth) or \
             self.tlock._is_owned()   # type: ignore[attr-defined]
 
     def defer_or_run(self, fn: Callable[..., object], *args: object) -> bool:
@@ -401,24 +394,36 @@ class _Seg:
         interrupted; it returns the errors it decides on."""
         if self.tlock._is_owned():   # type: ignore[attr-defined]
             raise RuntimeError(MSG_REENTERED)
+        fd = self.lockfd
         # A `with`: no interrupt lands between the take and the block (after
         # a bare acquire() one could, and keep the lock for good).
         with self.tlock:
-            _sections.depth = getattr(_sections, "depth", 0) + 1
+            _sections.depth += 1
             try:
-                self.lock()
+                done = False
                 try:
+                    # Inside the try: an interrupt that lands once the file
+                    # lock is taken (after the call that took it returned)
+                    # still reaches the finally below.
+                    self.lock()
                     out = fn(*args)
+                    done = True
                 except struct.error:
                     # A value of another process's writing that no field may
                     # hold: the segment is corrupt, not this call's input.
-                    self.unlock(clean=False)
                     raise shared_error(self.path,
                                        "corrupt while in use (a value out of range)") from None
-                except BaseException:
-                    self.unlock(clean=False)
-                    raise
-                self.unlock()
+                finally:
+                    try:
+                        if done:
+                            self.set_u32(H_DIRTY, 0)
+                        # else: interrupted midway: the dirty mark stays, and
+                        # the next holder repairs.
+                    finally:
+                        # One C call, its arguments ready: no signal handler
+                        # runs between here and the system call, so an
+                        # interrupt cannot leave the host's lock held.
+                        fcntl.fcntl(fd, fcntl.F_OFD_SETLK, UNLOCK_MUTEX)
                 return out
             finally:
                 _sections.depth -= 1
