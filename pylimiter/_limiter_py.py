@@ -1129,7 +1129,11 @@ class AsyncSemaphore(NoCopy):
                 self._avail += n
                 if not self._queue:
                     return
-                check = self._process_locked(None, done)
+                try:
+                    check = self._process_locked(None, done)
+                except BaseException:
+                    self._serve_anyway(done)
+                    raise
         except _Reentered:
             _later(self._release_slow, permit)
             return
@@ -1160,11 +1164,8 @@ class AsyncSemaphore(NoCopy):
             return DONE
 
     def _anon_exit(self) -> None:
-        with self._cs, self._hold:
-            if self._anon <= 0:
-                raise RuntimeError(MSG_ANON_EXIT)
-            self._anon -= 1
-        self._return_permits(1)
+        # One section: between two, an interrupt lost the permit.
+        self._return_permits(1, True)
 
     def close(self) -> None:
         """Close (idempotent): queued requests fail with
@@ -1199,15 +1200,36 @@ class AsyncSemaphore(NoCopy):
             self._bounded = m > 0
             if not self._closed:
                 self._lim = m if m > 0 else MAX_PERMITS
-            if self._bounded:
-                for w in list(self._queue):
-                    if w.total > m:
-                        del self._queue[w]
-                        w.limit = m
-                        self._leave_locked(w, W_TOO_LARGE)
-                        done.append(w)
-            check = self._process_locked(None, done)
+            try:
+                self._evict_too_large_locked(done)
+                check = self._process_locked(None, done)
+            except BaseException:
+                # Interrupted: the rest is done before it propagates (a
+                # request left queued that can never fit would stop the
+                # queue for good).
+                try:
+                    self._evict_too_large_locked(done)
+                except BaseException:
+                    pass
+                self._serve_anyway(done)
+                raise
         self._settle(check, done)
+
+    def _evict_too_large_locked(self, done: list[_Waiter]) -> None:
+        """Every queued request larger than the (bounded) limit leaves the
+        queue, failed.  Each one's fate is decided (and it is woken) before
+        it is unlinked, so one that an interrupt left between the two is
+        unlinked by the next run."""
+        q = self._queue
+        for w in list(q):
+            if w.state != W_QUEUED:
+                done.append(w)   # its batch, if any, is scheduled with the rest
+                del q[w]
+            elif self._bounded and w.total > self._max:
+                w.limit = self._max
+                self._leave_locked(w, W_TOO_LARGE)
+                done.append(w)
+                del q[w]
 
     def stats(self) -> SemaphoreStats:
         """A snapshot of gauges, counters and the wait-time histogram."""
@@ -1370,19 +1392,46 @@ class AsyncSemaphore(NoCopy):
             raise
         return None
 
-    def _return_permits(self, n: int) -> None:
-        """Give ``n`` permits held by no permit object back to the pool."""
+    def _return_permits(self, n: int, anon: bool = False) -> None:
+        """Give ``n`` permits held by no permit object (``anon``: that
+        ``async with sem:`` took) back to the pool."""
         try:
             with self._cs, self._hold:
-                self._avail += n
+                if anon:
+                    if self._anon <= 0:
+                        raise RuntimeError(MSG_ANON_EXIT)
+                    self._anon -= n
+                self._avail += n   # no call since the line above: one step
                 if not self._queue:
                     return
                 done: list[_Waiter] = []
-                check = self._process_locked(None, done)
+                try:
+                    check = self._process_locked(None, done)
+                except BaseException:
+                    self._serve_anyway(done)
+                    raise
         except _Reentered:
-            _later(self._return_permits, n)
+            _later(self._return_permits, n, anon)
             return
         self._settle(check, done)
+
+    def _serve_anyway(self, done: list[_Waiter]) -> None:
+        """In a section an interrupt stopped after it gave permits back:
+        serve the heads that fit and schedule their wakes, as the section
+        would have (an interrupt at the entry of _process_locked, which its
+        own handler does not cover, left them queued with the permits free:
+        nobody was served until the next release).  Heads with a check to
+        ask are left to the next release or their timeout: the check is the
+        user's code, not run under the lock.  Anything raised here is
+        dropped: the first interrupt is the one that propagates."""
+        try:
+            self._process_locked(None, done)
+        except BaseException:
+            pass
+        try:
+            self._wake_all(done)
+        except BaseException:
+            pass
 
     def _settle(self, check: _Waiter | None, done: list[_Waiter]) -> None:
         """Answer pending checks outside the lock, then wake what left the
@@ -1421,6 +1470,12 @@ class AsyncSemaphore(NoCopy):
         except BaseException as exc:
             if pending is None:
                 pending = exc
+            if not isinstance(exc, _Reentered):
+                try:
+                    with self._cs, self._hold:
+                        self._serve_anyway(done)
+                except BaseException:
+                    pass
         try:
             self._wake_all(done)
         except BaseException as exc:
@@ -1504,7 +1559,11 @@ class AsyncSemaphore(NoCopy):
         w.reverted = True
         w.permit._permits -= w.granted
         self._avail += w.granted
-        return self._process_locked(None, done)
+        try:
+            return self._process_locked(None, done)
+        except BaseException:
+            self._serve_anyway(done)
+            raise
 
     def _abandon(self, w: _Waiter, timed_out: bool, post: bool = False) -> None:
         """The requester stops waiting (timeout, task cancel, interrupt).
@@ -1516,17 +1575,28 @@ class AsyncSemaphore(NoCopy):
         try:
             with self._cs, self._hold:
                 if w.state == W_QUEUED:
-                    was_head = next(iter(self._queue)) is w
-                    del self._queue[w]
-                    self._leave_locked(w, W_REMOVED, post)
-                    if timed_out:
-                        self._timeout_total += 1
+                    q = self._queue
+                    if w in q:
+                        was_head = next(iter(q)) is w
+                        del q[w]
                     else:
-                        self._cancelled_total += 1
+                        # Unlinked by a run of this that an interrupt cut
+                        # short (the next head may not have been served).
+                        was_head = True
                     if post:
                         done.append(w)
-                    if was_head:
-                        check = self._process_locked(None, done)
+                    try:
+                        self._leave_locked(w, W_REMOVED, post)
+                        if timed_out:
+                            self._timeout_total += 1
+                        else:
+                            self._cancelled_total += 1
+                        if was_head:
+                            check = self._process_locked(None, done)
+                    except BaseException:
+                        if was_head:
+                            self._serve_anyway(done)
+                        raise
                 elif w.state == W_GRANTED and not timed_out and not w.reverted:
                     self._cancelled_total += 1
                     check = self._give_back_locked(w, done)
@@ -1586,15 +1656,24 @@ class AsyncSemaphore(NoCopy):
             permit._permits = n
             if n < cur:
                 self._avail += cur - n
-                check = self._process_locked(None, done)
+                try:
+                    check = self._process_locked(None, done)
+                except BaseException:
+                    self._serve_anyway(done)
+                    raise
         self._settle(check, done)
         return True
 
     def _begin(self, permit: SemaphorePermit | None, n: int,
                timeout: float | None, is_cancelled: IsCancelled,
-               blocking: bool) -> SemaphorePermit | _Waiter:
+               blocking: bool, box: list[Any]) -> SemaphorePermit | _Waiter:
         """Shared start of every acquire/update: returns the permit when done
-        at once, or a queued _Waiter.  Raises on immediate failure."""
+        at once, or a queued _Waiter, also put in ``box[0]`` as it queues.
+        Raises on immediate failure.  The caller holds the box from before
+        the call, so that an interrupt between the queueing and the caller's
+        own hold on the waiter (the section's exit, this return) finds it to
+        take it out of the queue: before, that request stayed queued with
+        nobody to collect it, and took its grant with it."""
         cancelled, cause = False, None
         if is_cancelled is not None and self._bounded:
             cancelled, cause = ask_cancelled(is_cancelled)
@@ -1645,6 +1724,7 @@ class AsyncSemaphore(NoCopy):
             w.enqueued = _monotonic()
             if is_update:
                 permit._pending = w
+            box[0] = w   # no call between: boxed exactly when queued
             self._queue[w] = None
         return w
 
@@ -1659,43 +1739,47 @@ class AsyncSemaphore(NoCopy):
     def _acquire_slow(self, permit: SemaphorePermit | None, n: int,
                       timeout: float | None, is_cancelled: IsCancelled
                       ) -> Generator[Any, None, SemaphorePermit]:
-        r = self._begin(permit, n, timeout, is_cancelled, False)
-        # The waiter holds the check while it queues.  This frame must not:
-        # a cancel's exception keeps the frame in a cycle with its traceback
-        # until the next collection, and the check with it (a connection).
-        del is_cancelled
-        if type(r) is SemaphorePermit:
-            return r
-        w: _Waiter = r   # type: ignore[assignment]
-        assert w.ls is not None
-        if timeout is not None:
-            w.deadline = w.enqueued + min(timeout, MAX_TIMEOUT_S)
-            w.ls.add_deadline(w)
+        box: list[Any] = [None]
         try:
+            r = self._begin(permit, n, timeout, is_cancelled, False, box)
+            # The waiter holds the check while it queues.  This frame must
+            # not: a cancel's exception keeps the frame in a cycle with its
+            # traceback until the next collection, and the check with it (a
+            # connection).
+            del is_cancelled
+            if type(r) is SemaphorePermit:
+                return r
+            w: _Waiter = r   # type: ignore[assignment]
+            assert w.ls is not None
+            if timeout is not None:
+                w.deadline = w.enqueued + min(timeout, MAX_TIMEOUT_S)
+                w.ls.add_deadline(w)
             while not w.posted:
                 w._asyncio_future_blocking = True
                 yield w
         except BaseException:
-            self._abandon(w, False)
+            if box[0] is not None:
+                self._abandon(box[0], False)
             raise
         return self._finish(w, timeout)
 
     def _run_blocking(self, permit: SemaphorePermit | None, n: int,
                       timeout: float | None,
                       is_cancelled: IsCancelled) -> SemaphorePermit:
-        r = self._begin(permit, n, timeout, is_cancelled, True)
-        if type(r) is SemaphorePermit:
-            return r
-        w: _Waiter = r   # type: ignore[assignment]
+        box: list[Any] = [None]
         try:
-            decided = _wait_blocking(w, timeout)
+            r = self._begin(permit, n, timeout, is_cancelled, True, box)
+            if type(r) is SemaphorePermit:
+                return r
+            w: _Waiter = r   # type: ignore[assignment]
+            if not _wait_blocking(w, timeout):
+                self._abandon(w, timed_out=True)   # a grant that raced with it stands
         except BaseException:
             # A grant that raced with the interrupt goes back.  The lock is
             # this waiter's own, so a wake-up still on its way is harmless.
-            self._abandon(w, timed_out=False)
+            if box[0] is not None:
+                self._abandon(box[0], timed_out=False)
             raise
-        if not decided:
-            self._abandon(w, timed_out=True)   # a grant that raced with it stands
         return self._finish(w, timeout)
 
 
