@@ -209,6 +209,8 @@ cdef object TIMEOUT_NOT_GIVEN = contract.TIMEOUT_NOT_GIVEN
 cdef object _get_running_loop = _asyncio.events._get_running_loop
 cdef int64_t UNBOUNDED_AVAILABLE = contract.UNBOUNDED_AVAILABLE
 cdef double _MAX_TIMEOUT_S = contract.MAX_TIMEOUT_S
+# How often a process looks for event loops closed under its waiters.
+cdef int64_t _LOOP_CHECK_NS = 100_000_000
 
 # _begin's refusals, decided under the host's lock and raised after it.
 cdef enum:
@@ -363,6 +365,7 @@ cdef class _Seg:
     cdef int64_t reg
     cdef dict waiters
     cdef dict loops
+    cdef int64_t loops_checked_ns
     cdef int64_t anon[2]
     cdef object __weakref__
 
@@ -483,11 +486,45 @@ cdef class _Seg:
         dead"), not at the next timed sweep."""
         if self.closed:
             return 0
+        if self.loops:
+            self.drop_closed_loops()
         if plim_shm_sweep_due(&self.h):
             return self.sweep(False)
         if not plim_shm_any_dead(&self.h):
             return 0
         return self.sweep(True)
+
+    cdef int drop_closed_loops(self) except -1:
+        """Waiters of an event loop that was closed while their tasks were
+        parked (asyncio.run cancels them first; a loop closed by hand does
+        not) will never run again: their requests leave the host's queue
+        and a grant one got meanwhile goes back, instead of holding those
+        permits until this process closes the semaphore or exits.  Looked
+        at every _LOOP_CHECK_NS at most, from this process's calls."""
+        cdef _LoopWake lw
+        cdef _Waiter w
+        cdef int st
+        cdef int64_t now = plim_shm_now_ns()
+        if now - self.loops_checked_ns < _LOOP_CHECK_NS:
+            return 0
+        self.loops_checked_ns = now
+        for lw in list(self.loops.values()):
+            if not lw.loop.is_closed():
+                continue
+            for w in list(lw.waiters):
+                if w.removed:
+                    continue
+                self.lock()
+                st = plim_shm_abandon_locked(&self.h, w.rec, w.ticket, False)
+                self.unlock()
+                if st == PLIM_SHM_REMOVED or st == PLIM_SHM_GAVE_BACK:
+                    self.waiters.pop(w.rec, None)
+                    w.removed = True
+                    w.state = (PLIM_SHM_R_REMOVED if st == PLIM_SHM_REMOVED
+                               else PLIM_SHM_R_CANCELLED)
+            lw.waiters.clear()
+            self.drop_loop(lw)
+        return 0
 
     cdef _LoopWake loop_wake(self, loop):
         """The loop's eventfd reader, made on first use and kept while the
@@ -1148,6 +1185,8 @@ cdef class SharedSemaphore:
         loop = None if blocking else _get_running_loop()
         if seg.closed:
             raise contract.closed_error()
+        if seg.loops:
+            seg.drop_closed_loops()
         seg.sweep(False)
         # acquire(0) is granted at once, as AsyncSemaphore's (a new permit
         # holds 0 >= n); an update reaches here only to grow.
@@ -1327,10 +1366,13 @@ cdef class SharedSemaphore:
         cdef _Seg seg = self._seg
         cdef _LoopWake lw = w.lw
         loop = w.loop
-        if timeout is not None:
-            w.timer = loop.call_later(min(timeout, _MAX_TIMEOUT_S), self._on_timeout, w,
-                                      permit)
         try:
+            # In the try: call_later runs Python code, where a signal
+            # handler's KeyboardInterrupt would have left the request queued
+            # with nobody to collect it.
+            if timeout is not None:
+                w.timer = loop.call_later(min(timeout, _MAX_TIMEOUT_S), self._on_timeout, w,
+                                          permit)
             while True:
                 while not w.removed and not seg.closed and seg.peek(w) == PLIM_SHM_R_QUEUED:
                     fut = w.fut = loop.create_future()

@@ -171,6 +171,8 @@ _new = object.__new__
 
 #: How often a waiter of this twin rereads its request (the issue: <= 10 ms).
 POLL_S = 0.005
+#: How often a process looks for event loops closed under its waiters.
+LOOP_CHECK_S = 0.1
 #: How often dead processes are looked for, host-wide (any process may).
 SWEEP_NS = 250_000_000
 #: Repairs one operation may run before it calls the segment corrupt.
@@ -203,21 +205,25 @@ class _Waiter:
     __slots__ = ("check", "event", "fut", "limit", "loop", "n", "permit", "rec", "removed",
                  "state", "ticket", "granted", "timer")
 
-    def __init__(self, rec: int, ticket: int, permit: SharedSemaphorePermit, n: int,
-                 check: IsCancelled, loop: Optional[asyncio.AbstractEventLoop]) -> None:
-        self.rec = rec
-        self.ticket = ticket
-        self.permit = permit
+    def __init__(self, n: int, check: IsCancelled, blocking: bool) -> None:
+        # Made by the caller before the request can queue, so that an
+        # interrupt anywhere after finds it to take it out of the queue
+        # (before, one between the queueing and the return of the waiter
+        # left a request nobody would collect: its grant was lost).  _begin
+        # fills in the rest.
+        self.rec = NIL
+        self.ticket = 0
+        self.permit: Any = None
         self.n = n
         self.check = check
-        self.loop = loop
+        self.loop: Optional[asyncio.AbstractEventLoop] = None
         # A blocking waiter's wake-up: a lock held until signalled.  Not an
         # Event: Event.set() takes the Event's own lock, which the waiting
         # thread holds around its wait -- where a finaliser or signal
         # handler that grants this very request runs set() and waits for
         # ever.  A lock's release never waits.
         self.event: Any = None
-        if loop is None:
+        if blocking:
             self.event = _allocate_lock()
             self.event.acquire()
         self.fut: Optional[asyncio.Future[None]] = None
@@ -273,7 +279,9 @@ class _Seg:
         self.tlock = threading.RLock()
         self.waiters: dict[int, _Waiter] = {}
         self.loop_waiters: dict[asyncio.AbstractEventLoop, dict[_Waiter, None]] = {}
-        self.pollers: set[asyncio.AbstractEventLoop] = set()
+        #: loop -> [when its poll last ran (monotonic s), the poll's number]
+        self.pollers: dict[asyncio.AbstractEventLoop, list[float]] = {}
+        self.loops_checked = 0.0        # drop_closed_loops
         self.anon = [0] * self.npools   # permits held by `async with sem:`
         self.crash = 0                  # tests: die at the crash-th crash point
         self.lock_timeout = 10.0        # s: the bound on a live holder of the lock
@@ -316,6 +324,28 @@ class _Seg:
             # A sum over hostile values (a held count another process set
             # to INT64_MAX): saturate, as the C twin's sat_add.
             v = -(1 << 63) if v < 0 else (1 << 63) - 1
+        _I64.pack_into(self.mm, off, v)   # type: ignore[arg-type]
+
+    def store_held(self, off: int, v: int, permit: Any, permits: int) -> None:
+        """This process's held count at ``off`` := ``v`` and
+        ``permit._permits`` := ``permits``, as one step for an interrupt:
+        CPython runs a signal handler at a Python function's entry and after
+        a C call returns, and between these two stores there is neither
+        (the host's count and the permit object's must change together: an
+        interrupt between them left permits that the host counted and no
+        permit held, for the process's life, or the reverse, to be given
+        back twice)."""
+        if not -(1 << 63) <= v < (1 << 63):
+            v = -(1 << 63) if v < 0 else (1 << 63) - 1
+        permit._permits = permits
+        _I64.pack_into(self.mm, off, v)   # type: ignore[arg-type]
+
+    def store_anon(self, off: int, v: int, p: int) -> None:
+        """store_held for a permit of ``async with sem:`` (pool p), which
+        the semaphore holds: one fewer of them."""
+        if not -(1 << 63) <= v < (1 << 63):
+            v = -(1 << 63) if v < 0 else (1 << 63) - 1
+        self.anon[p] -= 1
         _I64.pack_into(self.mm, off, v)   # type: ignore[arg-type]
 
     def add_i64(self, off: int, d: int) -> None:
@@ -500,7 +530,7 @@ class _Seg:
             self.lockfd = -1
         self.waiters = {}
         self.loop_waiters = {}
-        self.pollers = set()
+        self.pollers = {}
         self.anon = [0] * self.npools
         self.slot = -1
         self.reg = object()
@@ -553,10 +583,36 @@ class _Seg:
         will."""
         if self.inside():
             return
+        if self.loop_waiters:
+            self.drop_closed_loops()
         if self.sweep_due():
             self.sweep()
         elif self.any_dead():
             self.wake(self.run_locked(self.sweep_locked, True))
+        elif self.u32(H_DIRTY):
+            # A section under way, or one an interrupt stopped midway in a
+            # live process: taking the lock repairs the latter (lock()).
+            self.wake(self.run_locked(self.sweep_locked, False))
+
+    def drop_closed_loops(self) -> None:
+        """Waiters of an event loop that was closed while their tasks were
+        parked (asyncio.run cancels them first; a loop closed by hand does
+        not) will never run again: their requests leave the host's queue
+        and a grant one got meanwhile goes back, instead of holding those
+        permits until this process closes the semaphore or exits.  Looked
+        at every LOOP_CHECK_S at most, from this process's calls."""
+        now = time.monotonic()
+        if now - self.loops_checked < LOOP_CHECK_S:
+            return
+        self.loops_checked = now
+        for loop, ws in list(self.loop_waiters.items()):
+            if not loop.is_closed():
+                continue
+            for w in list(ws):
+                w.permit._sem._abandon(w, False)
+            ws.clear()
+            self.loop_waiters.pop(loop, None)
+            self.pollers.pop(loop, None)
 
     def sweep_locked(self, force: bool = False) -> list[int]:
         if not force and not self.sweep_due():
@@ -1281,12 +1337,13 @@ class SharedSemaphore:
         m = seg.i64(self._pb + P_MAX)
         return m, m > 0
 
-    def _take_locked(self, seg: _Seg, need: int) -> None:
+    def _take_locked(self, seg: _Seg, need: int, permit: SharedSemaphorePermit) -> None:
+        """This process takes ``need`` more permits, into ``permit``."""
         pb = self._pb
         seg.add_i64(pb + P_AVAIL, -need)
         seg.crash_point()
         sb = seg.slotoff(seg.slot) + S_HELD + 8 * self._p
-        seg.set_i64(sb, seg.i64(sb) + need)
+        seg.store_held(sb, seg.i64(sb) + need, permit, permit._permits + need)
         seg.record_grant(self._p, 0)
 
     def _fits_locked(self, seg: _Seg, need: int) -> Any:
@@ -1301,12 +1358,18 @@ class SharedSemaphore:
         return need == 0 or (seg.i64(pb + P_QLEN) == 0 and seg.u32(pb + P_HEAD) == NIL
                              and avail >= need)
 
-    def _give_back_locked(self, seg: _Seg, n: int, pending: Optional[_Waiter]) -> list[int]:
-        """This process returns n permits it holds."""
+    def _give_back_locked(self, seg: _Seg, n: int, pending: Optional[_Waiter],
+                          permit: Optional[SharedSemaphorePermit] = None,
+                          permits: int = 0) -> list[int]:
+        """This process returns n permits it holds: ``permit``'s, which
+        keeps ``permits``, or (None) one that ``async with sem:`` took."""
         sb = seg.slotoff(seg.slot) + S_HELD + 8 * self._p
         held = seg.i64(sb)
         n = min(n, max(held, 0))   # never more than the segment says we hold
-        seg.set_i64(sb, held - n)
+        if permit is None:
+            seg.store_anon(sb, held - n, self._p)
+        else:
+            seg.store_held(sb, held - n, permit, permits)
         seg.crash_point()
         if pending is not None and not pending.removed:
             base = seg.rec(pending.rec)
@@ -1333,16 +1396,15 @@ class SharedSemaphore:
                 fits = self._fits_locked(seg, n)
             if fits is not True:
                 return fits
-            self._take_locked(seg, n)
+            self._take_locked(seg, n, p)
             return None
 
+        p = _new_permit(self)
         err = seg.run_locked(take)
         if err is False:
             return None
         if err is not None:
             raise err
-        p = _new_permit(self)
-        p._permits = n
         return p
 
     def release(self, permit: SharedSemaphorePermit) -> None:
@@ -1365,8 +1427,7 @@ class SharedSemaphore:
             n = permit._permits
             if n == 0:
                 return []
-            permit._permits = 0
-            return self._give_back_locked(seg, n, permit._pending)
+            return self._give_back_locked(seg, n, permit._pending, permit, 0)
 
         seg.wake(seg.run_locked(give))
 
@@ -1386,16 +1447,16 @@ class SharedSemaphore:
             cur = permit._permits
             if n >= cur:
                 return []
-            permit._permits = n
-            return self._give_back_locked(seg, cur - n, None)
+            return self._give_back_locked(seg, cur - n, None, permit, n)
 
         seg.wake(seg.run_locked(give))
         return True
 
     def _begin(self, permit: Optional[SharedSemaphorePermit], n: int, timeout: Optional[float],
-               is_cancelled: IsCancelled, blocking: bool) -> Any:
+               is_cancelled: IsCancelled, w: _Waiter) -> Any:
         """The start of every acquire/update: the permit when done at once,
-        or a queued _Waiter.  Raises on immediate failure."""
+        or ``w``, queued.  Raises on immediate failure."""
+        blocking = w.event is not None
         seg = self._s()
         m, bounded = self._limits(seg)
         cancelled, cause = False, None
@@ -1408,6 +1469,10 @@ class SharedSemaphore:
             raise closed_error()
         if permit is None:
             permit = _new_permit(self)
+        w.permit = permit
+        w.loop = loop
+        if seg.loop_waiters:
+            seg.drop_closed_loops()
         seg.sweep()
         p = self._p
         pb = self._pb
@@ -1428,8 +1493,7 @@ class SharedSemaphore:
                 seg.wake(seg.sweep_locked(True))
                 fits = self._fits_locked(seg, need)
             if fits is True:
-                self._take_locked(seg, need)
-                permit._permits += need
+                self._take_locked(seg, need, permit)
                 return permit
             if fits is not False:
                 return fits
@@ -1447,6 +1511,8 @@ class SharedSemaphore:
                 return queue_full_error(q if q > 0 else seg.i64(pb + P_QLEN))
             base = seg.rec(r)
             ticket = (seg.u32(H_TICKET) + 1) & 0xFFFFFFFF
+            w.ticket = ticket   # before the record can be ours: _abandon checks it
+            w.rec = r
             seg.set_u32(H_TICKET, ticket)
             seq = (seg.u64(H_SEQ) + 1) & 0xFFFFFFFFFFFFFFFF
             _U64.pack_into(seg.mm, H_SEQ, seq)   # type: ignore[arg-type]
@@ -1469,7 +1535,6 @@ class SharedSemaphore:
                 seg.repair_locked()   # links rebuilt from the states, ours included
             else:
                 seg.set_u32(base + R_STATE, W_QUEUED)   # the commit
-            w = _Waiter(r, ticket, permit, n, is_cancelled, loop)
             seg.waiters[r] = w
             if permit._permits:
                 permit._pending = w
@@ -1511,8 +1576,7 @@ class SharedSemaphore:
                 return []
             seg.crash_point()
             sb = seg.slotoff(seg.slot) + S_HELD + 8 * self._p
-            seg.set_i64(sb, seg.i64(sb) + g)
-            permit._permits += g
+            seg.store_held(sb, seg.i64(sb) + g, permit, permit._permits + g)
             w.granted = g
         return []
 
@@ -1521,7 +1585,7 @@ class SharedSemaphore:
         grant that raced with a cancel goes back, one that raced with a
         timeout stands (the caller collects it)."""
         seg = self._seg
-        if w.removed or seg.closed:
+        if w.removed or seg.closed or w.rec == NIL:   # NIL: it never queued
             return
         if seg.defer_or_run(self._abandon, w, timed_out):
             return
@@ -1593,9 +1657,8 @@ class SharedSemaphore:
         pb = self._pb
 
         def give() -> list[int]:
-            permit._permits -= g
             seg.add_i64(pb + P_CANCEL_TOTAL, 1)
-            return self._give_back_locked(seg, g, None)
+            return self._give_back_locked(seg, g, None, permit, permit._permits - g)
 
         if not seg.closed:
             seg.wake(seg.run_locked(give))
@@ -1605,18 +1668,19 @@ class SharedSemaphore:
     def _acquire_async(self, permit: Optional[SharedSemaphorePermit], n: int,
                        timeout: Optional[float], is_cancelled: IsCancelled
                        ) -> Generator[Any, None, SharedSemaphorePermit]:
-        r = self._begin(permit, n, timeout, is_cancelled, False)
-        if type(r) is SharedSemaphorePermit:
-            return r
-        w: _Waiter = r
-        seg = self._seg
-        loop = w.loop
-        assert loop is not None
-        if timeout is not None:
-            w.timer = loop.call_later(min(timeout, MAX_TIMEOUT_S), self._on_timeout, w)
-        seg.loop_waiters.setdefault(loop, {})[w] = None   # FIFO order
-        self._ensure_poller(loop)
+        w = _Waiter(n, is_cancelled, False)
+        loop = None
         try:
+            r = self._begin(permit, n, timeout, is_cancelled, w)
+            if r is not w:
+                return r   # type: ignore[no-any-return]
+            seg = self._seg
+            loop = w.loop
+            assert loop is not None
+            if timeout is not None:
+                w.timer = loop.call_later(min(timeout, MAX_TIMEOUT_S), self._on_timeout, w)
+            seg.loop_waiters.setdefault(loop, {})[w] = None   # FIFO order
+            self._ensure_poller(loop)
             while not w.removed and not seg.closed and seg.peek(w) == W_QUEUED:
                 fut = w.fut = loop.create_future()
                 if seg.peek(w) != W_QUEUED or w.removed:   # decided meanwhile
@@ -1629,9 +1693,10 @@ class SharedSemaphore:
             w.fut = None
             if w.timer is not None:
                 w.timer.cancel()
-            ws = seg.loop_waiters.get(loop)
-            if ws is not None:
-                ws.pop(w, None)
+            if loop is not None:
+                ws = self._seg.loop_waiters.get(loop)
+                if ws is not None:
+                    ws.pop(w, None)
         return self._finish(w, timeout)
 
     def _on_timeout(self, w: _Waiter) -> None:
@@ -1640,23 +1705,29 @@ class SharedSemaphore:
 
     def _ensure_poller(self, loop: asyncio.AbstractEventLoop) -> None:
         seg = self._seg
-        if loop in seg.pollers:
+        st = seg.pollers.get(loop)
+        # A poll that has not run for 20 periods may be gone: an interrupt
+        # at its entry (before its finally could schedule the next) stopped
+        # the loop with it.  Start a new one; the old one, if it was only
+        # late, stops when it sees it is not the current one.
+        if st is not None and time.monotonic() - st[0] < 20 * POLL_S:
             return
-        seg.pollers.add(loop)
-        loop.call_later(POLL_S, _poll, seg, loop)
+        num = 0.0 if st is None else st[1] + 1
+        seg.pollers[loop] = [time.monotonic(), num]
+        loop.call_later(POLL_S, _poll, seg, loop, num)
 
     def _run_blocking(self, permit: Optional[SharedSemaphorePermit], n: int,
                       timeout: Optional[float], is_cancelled: IsCancelled
                       ) -> SharedSemaphorePermit:
-        r = self._begin(permit, n, timeout, is_cancelled, True)
-        if type(r) is SharedSemaphorePermit:
-            return r
-        w: _Waiter = r
-        seg = self._seg
+        w = _Waiter(n, is_cancelled, True)
         ev = w.event
-        assert ev is not None
-        deadline = None if timeout is None else time.monotonic() + min(timeout, MAX_TIMEOUT_S)
         try:
+            r = self._begin(permit, n, timeout, is_cancelled, w)
+            if r is not w:
+                return r   # type: ignore[no-any-return]
+            seg = self._seg
+            deadline = None if timeout is None else \
+                time.monotonic() + min(timeout, MAX_TIMEOUT_S)
             while not w.removed and not seg.closed and seg.peek(w) == W_QUEUED:
                 if deadline is not None:
                     left = deadline - time.monotonic()
@@ -1778,12 +1849,23 @@ class SharedSemaphore:
             return DONE
 
     def _anon_exit(self, seg: _Seg) -> None:
-        with seg.tlock:
-            if seg.anon[self._p] <= 0:
-                raise RuntimeError(MSG_ANON_EXIT)
-            seg.anon[self._p] -= 1
-        if not seg.closed:
-            seg.wake(seg.run_locked(self._give_back_locked, seg, 1, None))
+        p = self._p
+        if seg.closed:
+            with seg.tlock:
+                if seg.anon[p] <= 0:
+                    raise RuntimeError(MSG_ANON_EXIT)
+                seg.anon[p] -= 1
+            return
+
+        def give() -> Any:
+            if seg.anon[p] <= 0:
+                return RuntimeError(MSG_ANON_EXIT)
+            return self._give_back_locked(seg, 1, None)
+
+        out = seg.run_locked(give)
+        if isinstance(out, RuntimeError):
+            raise out
+        seg.wake(out)
 
     def close(self) -> None:
         """Detach this process (idempotent): its queued requests fail with
@@ -1800,24 +1882,39 @@ def _pick_n(n: Any, permits: Any) -> Any:
     return permits
 
 
-def _poll(seg: _Seg, loop: asyncio.AbstractEventLoop) -> None:
+def _poll(seg: _Seg, loop: asyncio.AbstractEventLoop, num: float) -> None:
     """An event loop's poll of its waiters' records (every POLL_S while it
-    has any); sweeps for dead processes when one is due."""
-    ws = seg.loop_waiters.get(loop)
-    if not ws or seg.closed:
-        seg.pollers.discard(loop)
-        return
-    for w in list(ws):
-        if w.removed or seg.peek(w) != W_QUEUED:
-            fut = w.fut
-            if fut is not None and not fut.done():
-                fut.set_result(None)
-    if seg.sweep_due():
-        try:
-            seg.sweep()
-        except SharedLimiterError:
-            pass
-    loop.call_later(POLL_S, _poll, seg, loop)
+    has any); sweeps for dead processes when one is due.  The next poll is
+    scheduled whatever happens here (an interrupt from a signal handler
+    stops the loop, which may be run again)."""
+    again = True
+    try:
+        st = seg.pollers.get(loop)
+        if st is None or st[1] != num:
+            again = False   # a newer poll replaced this one
+            return
+        st[0] = time.monotonic()
+        ws = seg.loop_waiters.get(loop)
+        if not ws or seg.closed:
+            del seg.pollers[loop]
+            again = False
+            return
+        for w in list(ws):
+            if w.removed or seg.peek(w) != W_QUEUED:
+                fut = w.fut
+                if fut is not None and not fut.done():
+                    fut.set_result(None)
+        if seg.sweep_due():
+            try:
+                seg.sweep()
+            except SharedLimiterError:
+                pass
+    finally:
+        if again:
+            try:
+                loop.call_later(POLL_S, _poll, seg, loop, num)
+            except RuntimeError:   # the loop is closed
+                seg.pollers.pop(loop, None)
 
 
 def _audit(seg: _Seg, p: int) -> dict[str, int]:
