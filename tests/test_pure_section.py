@@ -471,6 +471,22 @@ def test_an_async_with_exit_inside_a_slow_path_gives_the_permit_back(monkeypatch
     assert sem._tok == [True] and not cs_held(sem) and sem.available_permits == 4
 
 
+@pytest.fixture
+def dropped_quietly():
+    """What an interrupt drops on its way -- a request before it was awaited
+    (never awaited), a grant before the caller had it (leaked) -- warns when
+    collected, as documented; the books are checked, not the warnings,
+    which are collected here so that no later test sees them."""
+    import gc
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ResourceWarning)
+        warnings.simplefilter("ignore", RuntimeWarning)
+        yield
+        mod._look()
+        gc.collect()
+
+
 def _queued_waiter(sem, got):
     """A thread queued for 1 permit behind whatever holds them."""
     th = threading.Thread(target=lambda: got.append(sem.acquire_blocking(1, timeout=10)))
@@ -481,7 +497,7 @@ def _queued_waiter(sem, got):
 
 @pytest.mark.parametrize("op", ["release", "shrink", "grow-limit", "head-times-out",
                                 "async-with-exit"])
-def test_an_interrupt_at_any_point_of_a_slow_path_never_strands_a_waiter(op):
+def test_an_interrupt_at_any_point_of_a_slow_path_never_strands_a_waiter(op, dropped_quietly):
     """An operation that frees permits for a queued waiter, interrupted at
     each point: it happened or not (done again, then), and the waiter is
     served either way.  Before, an interrupt at the entry of the queue's
@@ -496,17 +512,18 @@ def test_an_interrupt_at_any_point_of_a_slow_path_never_strands_a_waiter(op):
         if op == "async-with-exit":
             sem.set_max_permits(1)
 
+            started = []
+
             async def body():
                 async with sem:
-                    th_ = _queued_waiter(sem, got)
+                    started.append(_queued_waiter(sem, got))
                     sys.setprofile(tracer)
-                return th_
 
             loop = asyncio.new_event_loop()
             try:
-                th = loop.run_until_complete(body())
+                loop.run_until_complete(body())
             except KeyboardInterrupt:
-                th = threading.enumerate()[-1]
+                pass
             finally:
                 sys.setprofile(None)
                 loop.close()
@@ -518,6 +535,7 @@ def test_an_interrupt_at_any_point_of_a_slow_path_never_strands_a_waiter(op):
                 # cannot redo it; the test does, to check the rest.
                 assert sem.acquired_permits == 1
                 sem._anon_exit()
+            th = started[0]
         else:
             p = sem.acquire_blocking(3 if op == "head-times-out" else 4)
             if op == "head-times-out":
@@ -570,7 +588,7 @@ def test_an_interrupt_at_any_point_of_a_slow_path_never_strands_a_waiter(op):
 
 
 @pytest.mark.parametrize("kind", ["blocking", "async"])
-def test_a_request_interrupted_as_it_queues_leaves_nothing_behind(kind):
+def test_a_request_interrupted_as_it_queues_leaves_nothing_behind(kind, dropped_quietly):
     """A request that cannot fit, interrupted at each point of its call: once
     the permits it waited for are free, nothing is queued and nothing is
     held.  Before, an interrupt between its queueing and the caller's hold
@@ -607,6 +625,8 @@ def test_a_request_interrupted_as_it_queues_leaves_nothing_behind(kind):
             loop = asyncio.new_event_loop()
             try:
                 loop.run_until_complete(run_async())
+            except KeyboardInterrupt:
+                pass   # raised in one of the loop's callbacks (a timer, a wake batch)
             finally:
                 sys.setprofile(None)
                 loop.close()
