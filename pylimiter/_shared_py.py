@@ -213,7 +213,8 @@ class _Waiter:
         # fills in the rest.
         self.rec = NIL
         self.ticket = 0
-        self.permit: Any = None
+        # Set by _begin before the request can queue (None only until then).
+        self.permit: SharedSemaphorePermit = None  # type: ignore[assignment]
         self.n = n
         self.check = check
         self.loop: Optional[asyncio.AbstractEventLoop] = None
