@@ -1381,14 +1381,7 @@ class AsyncSemaphore(NoCopy):
             # calls out between the two).
             if h is not None and h.state == W_GRANTED and h not in done:
                 done.append(h)
-            try:
-                self._process_locked(asked, done)
-            except BaseException:   # the first interrupt is the one reported
-                pass
-            try:
-                self._wake_all(done)
-            except BaseException:
-                pass
+            self._serve_anyway(done, asked)
             raise
         return None
 
@@ -1415,17 +1408,18 @@ class AsyncSemaphore(NoCopy):
             return
         self._settle(check, done)
 
-    def _serve_anyway(self, done: list[_Waiter]) -> None:
-        """In a section an interrupt stopped after it gave permits back:
-        serve the heads that fit and schedule their wakes, as the section
-        would have (an interrupt at the entry of _process_locked, which its
-        own handler does not cover, left them queued with the permits free:
-        nobody was served until the next release).  Heads with a check to
-        ask are left to the next release or their timeout: the check is the
+    def _serve_anyway(self, done: list[_Waiter], checked: _Waiter | None = None) -> None:
+        """In a section an interrupt stopped after it gave permits back (in
+        _process_locked, or at its entry, which its own handler does not
+        cover): serve the heads that fit and schedule their wakes, as the
+        section would have (before, an interrupt at that entry left them
+        queued with the permits free: nobody was served until the next
+        release).  Heads with a check still to ask (other than ``checked``)
+        are left to the next release or their timeout: the check is the
         user's code, not run under the lock.  Anything raised here is
         dropped: the first interrupt is the one that propagates."""
         try:
-            self._process_locked(None, done)
+            self._process_locked(checked, done)
         except BaseException:
             pass
         try:

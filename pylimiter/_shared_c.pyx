@@ -503,7 +503,6 @@ cdef class _Seg:
         at every _LOOP_CHECK_NS at most, from this process's calls."""
         cdef _LoopWake lw
         cdef _Waiter w
-        cdef int st
         cdef int64_t now = plim_shm_now_ns()
         if now - self.loops_checked_ns < _LOOP_CHECK_NS:
             return 0
@@ -512,19 +511,27 @@ cdef class _Seg:
             if not lw.loop.is_closed():
                 continue
             for w in list(lw.waiters):
-                if w.removed:
-                    continue
-                self.lock()
-                st = plim_shm_abandon_locked(&self.h, w.rec, w.ticket, False)
-                self.unlock()
-                if st == PLIM_SHM_REMOVED or st == PLIM_SHM_GAVE_BACK:
-                    self.waiters.pop(w.rec, None)
-                    w.removed = True
-                    w.state = (PLIM_SHM_R_REMOVED if st == PLIM_SHM_REMOVED
-                               else PLIM_SHM_R_CANCELLED)
+                self.abandon(w, False)
             lw.waiters.clear()
             self.drop_loop(lw)
         return 0
+
+    cdef int abandon(self, _Waiter w, bint timed_out) except -1:
+        """w's requester stops waiting: its queued request leaves the
+        queue, a grant that raced with a cancel goes back (one that raced
+        with a timeout stands: the caller collects it).  1 if it left."""
+        cdef int st
+        if w.removed or self.closed:
+            return 0
+        self.lock()
+        st = plim_shm_abandon_locked(&self.h, w.rec, w.ticket, timed_out)
+        self.unlock()
+        if st != PLIM_SHM_REMOVED and st != PLIM_SHM_GAVE_BACK:
+            return 0
+        self.waiters.pop(w.rec, None)
+        w.removed = True
+        w.state = PLIM_SHM_R_REMOVED if st == PLIM_SHM_REMOVED else PLIM_SHM_R_CANCELLED
+        return 1
 
     cdef _LoopWake loop_wake(self, loop):
         """The loop's eventfd reader, made on first use and kept while the
@@ -1314,17 +1321,7 @@ cdef class SharedSemaphore:
         """The requester stops waiting: a queued request leaves the queue; a
         grant that raced with a cancel goes back, one that raced with a
         timeout stands (the caller collects it)."""
-        cdef _Seg seg = self._seg
-        cdef int st
-        if w.removed or seg.closed:
-            return
-        seg.lock()
-        st = plim_shm_abandon_locked(&seg.h, w.rec, w.ticket, timed_out)
-        seg.unlock()
-        if st == PLIM_SHM_REMOVED or st == PLIM_SHM_GAVE_BACK:
-            seg.waiters.pop(w.rec, None)
-            w.removed = True
-            w.state = PLIM_SHM_R_REMOVED if st == PLIM_SHM_REMOVED else PLIM_SHM_R_CANCELLED
+        if self._seg.abandon(w, timed_out):
             permit._pending = False
 
     cdef object _finish(self, _Waiter w, SharedSemaphorePermit permit, timeout):

@@ -252,6 +252,14 @@ class _Waiter:
             pass
 
 
+def _sat_i64(v: int) -> int:
+    """``v`` in int64's range: a sum over hostile values (a held count
+    another process set to INT64_MAX) saturates, as the C twin's sat_add."""
+    if -(1 << 63) <= v < (1 << 63):
+        return v
+    return -(1 << 63) if v < 0 else (1 << 63) - 1
+
+
 def _resolve(fut: asyncio.Future[None]) -> None:
     if not fut.done():
         fut.set_result(None)
@@ -321,11 +329,7 @@ class _Seg:
         return v
 
     def set_i64(self, off: int, v: int) -> None:
-        if not -(1 << 63) <= v < (1 << 63):
-            # A sum over hostile values (a held count another process set
-            # to INT64_MAX): saturate, as the C twin's sat_add.
-            v = -(1 << 63) if v < 0 else (1 << 63) - 1
-        _I64.pack_into(self.mm, off, v)   # type: ignore[arg-type]
+        _I64.pack_into(self.mm, off, _sat_i64(v))   # type: ignore[arg-type]
 
     def store_held(self, off: int, v: int, permit: Any, permits: int) -> None:
         """This process's held count at ``off`` := ``v`` and
@@ -336,16 +340,14 @@ class _Seg:
         interrupt between them left permits that the host counted and no
         permit held, for the process's life, or the reverse, to be given
         back twice)."""
-        if not -(1 << 63) <= v < (1 << 63):
-            v = -(1 << 63) if v < 0 else (1 << 63) - 1
+        v = _sat_i64(v)
         permit._permits = permits
         _I64.pack_into(self.mm, off, v)   # type: ignore[arg-type]
 
     def store_anon(self, off: int, v: int, p: int) -> None:
         """store_held for a permit of ``async with sem:`` (pool p), which
         the semaphore holds: one fewer of them."""
-        if not -(1 << 63) <= v < (1 << 63):
-            v = -(1 << 63) if v < 0 else (1 << 63) - 1
+        v = _sat_i64(v)
         self.anon[p] -= 1
         _I64.pack_into(self.mm, off, v)   # type: ignore[arg-type]
 
