@@ -84,3 +84,53 @@ def cs_held(sem):
     """Whether any thread holds a pure-Python semaphore's critical section
     (an RLock: no locked() before 3.14)."""
     return not repr(sem._cs).startswith("<unlocked")
+
+
+class InterruptAt:
+    """A profile function that raises KeyboardInterrupt at the k-th place,
+    in the modules named by ``files``, where CPython would run a signal
+    handler: the entry of a Python function (RESUME) and the return of a C
+    call (the eval-breaker check after CALL).  Not at every line: between
+    two other bytecodes no handler runs, so an interrupt cannot land there.
+    ``skip``: functions left out (a finaliser: Python reports an exception
+    there as unraisable and drops it).  ``seen`` counts the places passed;
+    ``where`` is the one it raised at."""
+
+    def __init__(self, k, files, skip=()):
+        self.k = k
+        self.files = files
+        self.skip = skip
+        self.seen = 0
+        self.where = None
+
+    def __call__(self, frame, event, arg):
+        if event in ("call", "c_return") and frame.f_code.co_name not in self.skip and \
+                any(f in frame.f_code.co_filename for f in self.files):
+            self.seen += 1
+            if self.seen == self.k:
+                self.where = (frame.f_code.co_name, frame.f_lineno, event)
+                raise KeyboardInterrupt("injected")
+
+
+def call_interrupted(tracer, fn, *args, also=()):
+    """``fn(*args)`` in this thread with ``tracer`` as its profile function;
+    the KeyboardInterrupt it injects (and the exceptions in ``also``) are
+    swallowed: the test looks at the books afterwards."""
+    sys.setprofile(tracer)
+    try:
+        fn(*args)
+    except (KeyboardInterrupt, *also):
+        pass
+    finally:
+        sys.setprofile(None)
+
+
+def run_interrupted(tracer, coro):
+    """``coro`` on a new event loop with ``tracer`` as this thread's profile
+    function; the injected KeyboardInterrupt, in the task or in one of the
+    loop's callbacks, is swallowed, and the loop closed."""
+    loop = asyncio.new_event_loop()
+    try:
+        call_interrupted(tracer, loop.run_until_complete, coro)
+    finally:
+        loop.close()

@@ -22,7 +22,15 @@ import pytest
 
 from pylimiter import PermitAcquireTimeoutError
 from pylimiter import _limiter_py as mod
-from tests._helpers import check_invariant, cs_held, release_all, wait_until
+from tests._helpers import (
+    InterruptAt,
+    call_interrupted,
+    check_invariant,
+    cs_held,
+    release_all,
+    run_interrupted,
+    wait_until,
+)
 
 
 @pytest.mark.parametrize("part", ["slow", "fast"])
@@ -105,27 +113,11 @@ def test_threads_hammering_the_fast_paths_keep_the_books():
     assert not cs_held(sem) and sem._tok == [True]
 
 
-class _InterruptAt:
-    """A profile function that raises KeyboardInterrupt at the k-th place in
-    _limiter_py where CPython would run a signal handler: the entry of a
-    Python function (RESUME) and the return of a C call (the eval-breaker
-    check after CALL).  Not at every line: between two other bytecodes no
-    handler runs, so an interrupt cannot land there."""
-
-    def __init__(self, k):
-        self.k = k
-        self.seen = 0
-        self.where = None
-
-    def __call__(self, frame, event, arg):
-        # Not in a finaliser: Python reports an exception there as
-        # unraisable and drops it (SemaphorePermit.__del__ only warns).
-        if event in ("call", "c_return") and "_limiter_py" in frame.f_code.co_filename \
-                and frame.f_code.co_name != "__del__":
-            self.seen += 1
-            if self.seen == self.k:
-                self.where = (frame.f_code.co_name, frame.f_lineno, event)
-                raise KeyboardInterrupt("injected")
+def _interrupt_at(k):
+    """An InterruptAt for _limiter_py, finalisers left out (Python reports
+    an exception there as unraisable and drops it; SemaphorePermit.__del__
+    only warns)."""
+    return InterruptAt(k, ("_limiter_py",), skip=("__del__",))
 
 
 def test_an_interrupt_at_any_point_of_the_fast_paths_never_keeps_the_section():
@@ -135,7 +127,6 @@ def test_an_interrupt_at_any_point_of_the_fast_paths_never_keeps_the_section():
     permit object, as an interrupt right after `p = ...` would: it warns
     and its permits stay taken, which is counted here, not hidden.)"""
     import gc
-    import sys
     import warnings
 
     k = 1
@@ -151,23 +142,13 @@ def test_an_interrupt_at_any_point_of_the_fast_paths_never_keeps_the_section():
             kept.append(q)
             sem.release(q)
 
-        tracer = _InterruptAt(k)
-        loop = asyncio.new_event_loop()
+        tracer = _interrupt_at(k)
         with warnings.catch_warnings():
             # A request an interrupt dropped before it was awaited warns
             # (never awaited), as a permit it dropped does (leaked).
             warnings.simplefilter("ignore", ResourceWarning)
             warnings.simplefilter("ignore", RuntimeWarning)
-            try:
-                sys.setprofile(tracer)
-                try:
-                    loop.run_until_complete(cycle())
-                except KeyboardInterrupt:
-                    pass
-                finally:
-                    sys.setprofile(None)
-            finally:
-                loop.close()
+            run_interrupted(tracer, cycle())
             mod._look()
             gc.collect()
         assert not cs_held(sem), f"the section stayed held (interrupt at point {k})"
@@ -508,7 +489,7 @@ def test_an_interrupt_at_any_point_of_a_slow_path_never_strands_a_waiter(op, dro
     while True:
         sem = mod.AsyncSemaphore(4, 0, None)
         got, head = [], []
-        tracer = _InterruptAt(k)
+        tracer = _interrupt_at(k)
         if op == "async-with-exit":
             sem.set_max_permits(1)
 
@@ -540,13 +521,8 @@ def test_an_interrupt_at_any_point_of_a_slow_path_never_strands_a_waiter(op, dro
             p = sem.acquire_blocking(3 if op == "head-times-out" else 4)
             if op == "head-times-out":
                 def head_waits():
-                    sys.setprofile(tracer)
-                    try:
-                        head.append(sem.acquire_blocking(4, timeout=0.05))
-                    except (KeyboardInterrupt, PermitAcquireTimeoutError):
-                        pass
-                    finally:
-                        sys.setprofile(None)
+                    call_interrupted(tracer, lambda: head.append(
+                        sem.acquire_blocking(4, timeout=0.05)), also=(PermitAcquireTimeoutError,))
                 ht = threading.Thread(target=head_waits)
                 ht.start()
                 wait_until(lambda: sem.queue_size == 1 or not ht.is_alive(), 10, "no head")
@@ -555,18 +531,12 @@ def test_an_interrupt_at_any_point_of_a_slow_path_never_strands_a_waiter(op, dro
                 ht.join(10)
                 assert not ht.is_alive() and not head
             else:
-                sys.setprofile(tracer)
-                try:
-                    if op == "release":
-                        sem.release(p)
-                    elif op == "shrink":
-                        sem.update_blocking(p, 3)
-                    else:
-                        sem.set_max_permits(5)
-                except KeyboardInterrupt:
-                    pass
-                finally:
-                    sys.setprofile(None)
+                if op == "release":
+                    call_interrupted(tracer, sem.release, p)
+                elif op == "shrink":
+                    call_interrupted(tracer, sem.update_blocking, p, 3)
+                else:
+                    call_interrupted(tracer, sem.set_max_permits, 5)
                 # Not done (the interrupt came first): done now.
                 if op == "release" and p.permits:
                     sem.release(p)
@@ -599,17 +569,11 @@ def test_a_request_interrupted_as_it_queues_leaves_nothing_behind(kind, dropped_
     while True:
         sem = mod.AsyncSemaphore(4, 0, None)
         p = sem.acquire_blocking(3)
-        tracer = _InterruptAt(k)
+        tracer = _interrupt_at(k)
         if kind == "blocking":
-            def run():
-                sys.setprofile(tracer)
-                try:
-                    sem.acquire_blocking(4, timeout=0.02)
-                except (KeyboardInterrupt, PermitAcquireTimeoutError):
-                    pass
-                finally:
-                    sys.setprofile(None)
-            th = threading.Thread(target=run)
+            th = threading.Thread(target=lambda: call_interrupted(
+                tracer, lambda: sem.acquire_blocking(4, timeout=0.02),
+                also=(PermitAcquireTimeoutError,)))
             th.start()
             th.join(10)
             assert not th.is_alive()

@@ -13,15 +13,13 @@ from another file description.  Pure twin only: the C twin's section is C.
 
 from __future__ import annotations
 
-import asyncio
 import gc
-import sys
 import warnings
 
 import pytest
 
 from pylimiter import PermitAcquireTimeoutError
-from tests._helpers import wait_until
+from tests._helpers import InterruptAt, call_interrupted, run_interrupted, wait_until
 
 
 @pytest.fixture
@@ -30,26 +28,9 @@ def pure(impl):
         pytest.skip("the C twin's critical section runs no Python code")
 
 
-class _InterruptAt:
-    """A profile function that raises KeyboardInterrupt at the k-th place in
-    the pure host-wide twin where CPython may run a signal handler: the
-    entry of a Python function and the return of a C call (the eval-breaker
-    check after CALL)."""
-
-    FILES = ("_shared_py", "_shared_common", "_deferred")
-
-    def __init__(self, k):
-        self.k = k
-        self.seen = 0
-        self.where = None
-
-    def __call__(self, frame, event, arg):
-        if event in ("call", "c_return") and \
-                any(f in frame.f_code.co_filename for f in self.FILES):
-            self.seen += 1
-            if self.seen == self.k:
-                self.where = (frame.f_code.co_name, frame.f_lineno, event, arg)
-                raise KeyboardInterrupt("injected")
+def _interrupt_at(k):
+    """An InterruptAt for the pure host-wide twin's modules."""
+    return InterruptAt(k, ("_shared_py", "_shared_common", "_deferred"))
 
 
 def _lock_free(shm, other):
@@ -97,23 +78,13 @@ def test_an_interrupt_at_any_point_never_keeps_the_host_lock(shm, name, pure):
                 acquired(await sem.acquire(1))
                 sem.release(kept[-1])
 
-            tracer = _InterruptAt(k)
-            loop = asyncio.new_event_loop()
+            tracer = _interrupt_at(k)
             with warnings.catch_warnings():
                 # A request or permit an interrupt dropped warns, as it would
                 # after an interrupt right after `p = ...`: counted below.
                 warnings.simplefilter("ignore", ResourceWarning)
                 warnings.simplefilter("ignore", RuntimeWarning)
-                try:
-                    sys.setprofile(tracer)
-                    try:
-                        loop.run_until_complete(cycle())
-                    except KeyboardInterrupt:
-                        pass
-                    finally:
-                        sys.setprofile(None)
-                finally:
-                    loop.close()
+                run_interrupted(tracer, cycle())
                 gc.collect()
             seg = sem._seg
             assert _lock_free(shm, other), f"the host lock stayed held (interrupt at point {k})"
@@ -162,14 +133,8 @@ def test_a_waiter_is_served_after_a_release_an_interrupt_stopped(shm, name, pure
                 other.acquire_blocking(1, timeout=20)))
             waiter.start()
             wait_until(lambda: other.queue_size == 1, 10, "the waiter never queued")
-            tracer = _InterruptAt(k)
-            sys.setprofile(tracer)
-            try:
-                sem.release(p)
-            except KeyboardInterrupt:
-                pass
-            finally:
-                sys.setprofile(None)
+            tracer = _interrupt_at(k)
+            call_interrupted(tracer, sem.release, p)
             if p.permits:
                 assert p.permits == 4, (k, p.permits)
                 sem.release(p)      # it did not happen: the retry does it
@@ -200,18 +165,10 @@ def test_a_request_interrupted_as_it_queues_leaves_nothing_behind(shm, name, pur
         while True:
             sem = shm.SharedSemaphore(name, max_permits=4)
             p = other.acquire_blocking(3)
-            tracer = _InterruptAt(k)
-
-            def run():
-                sys.setprofile(tracer)
-                try:
-                    sem.acquire_blocking(4, timeout=0.02)
-                except (KeyboardInterrupt, PermitAcquireTimeoutError):
-                    pass
-                finally:
-                    sys.setprofile(None)
-
-            th = threading.Thread(target=run)
+            tracer = _interrupt_at(k)
+            th = threading.Thread(target=lambda: call_interrupted(
+                tracer, lambda: sem.acquire_blocking(4, timeout=0.02),
+                also=(PermitAcquireTimeoutError,)))
             th.start()
             th.join(10)
             assert not th.is_alive()
