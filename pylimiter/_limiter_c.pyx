@@ -167,6 +167,10 @@ cdef extern from "_binding/await.h":
         PLIM_STEP_RAISE
     int plim_install_request(PyObject *tp, plim_advance_fn fn) except -1
     int plim_install_done(PyObject *tp) except -1
+    ctypedef PyObject *(*plim_outcome_fn)(PyObject *self, PyObject **args, Py_ssize_t nargs,
+                                          int *status)
+    int plim_install_outcomes(PyObject *tp, plim_outcome_fn result,
+                              plim_outcome_fn thrw) except -1
 
 cdef extern from "_binding/permit_alloc.h":
     int plim_install_permit_alloc(object permit_type, object plain_sem_type,
@@ -805,15 +809,18 @@ cdef class _Request:
         """True if the waiting task cancelled it while it was queued."""
         return self.is_cancelled
 
-    def result(self):
-        """None once done (the request itself reads the outcome); raises
-        CancelledError if the task cancelled it."""
+    # result() and throw(): _request_result and _request_throw below,
+    # raised from C (await.h).
+
+    cdef object _outcome(self, int *status):
+        status[0] = PLIM_STEP_RAISE
         if self.is_cancelled:
             if self.cause is None:
-                raise _CancelledError()
-            raise _CancelledError(self.cause)
+                return _CancelledError()
+            return _CancelledError(self.cause)
         if not self.posted:
-            raise _InvalidStateError("Result is not ready.")
+            return _InvalidStateError("Result is not ready.")
+        status[0] = PLIM_STEP_RETURN
         return None
 
     def cancel(self, msg=None):
@@ -884,13 +891,6 @@ cdef class _Request:
         if status == PLIM_STEP_RETURN:
             raise StopIteration(v)
         raise v
-
-    def throw(self, typ, val=None, tb=None):
-        """Coroutine protocol: the awaiting task is cancelled or interrupted.
-        A queued request leaves the queue; a grant that raced with it goes
-        back; the exception propagates."""
-        self._stop_waiting()
-        raise contract.thrown_exception(typ, val, tb)
 
     def close(self):
         """Coroutine protocol: the awaiting coroutine is closed."""
@@ -978,6 +978,21 @@ cdef object _request_advance(object self, int *status):
 
 
 plim_install_request(<PyObject *>_Request, <plim_advance_fn>_request_advance)
+
+
+cdef object _request_result(object self, PyObject **args, Py_ssize_t nargs, int *status):
+    return (<_Request>self)._outcome(status)
+
+
+cdef object _request_throw(object self, PyObject **args, Py_ssize_t nargs, int *status):
+    (<_Request>self)._stop_waiting()
+    status[0] = PLIM_STEP_RAISE
+    return contract.thrown_exception(<object>args[0], <object>args[1] if nargs > 1 else None,
+                                     <object>args[2] if nargs > 2 else None)
+
+
+plim_install_outcomes(<PyObject *>_Request, <plim_outcome_fn>_request_result,
+                      <plim_outcome_fn>_request_throw)
 
 
 cdef inline _Request _new_request(AsyncSemaphore sem, SemaphorePermit permit, int64_t n,

@@ -8,6 +8,7 @@ methods do."""
 
 from __future__ import annotations
 
+import asyncio
 import gc
 import inspect
 import sys
@@ -63,6 +64,76 @@ def test_timeout_is_raised_once_without_binding_frames():
     frames = run(main())
     assert frames is not None
     assert [f.name for f in frames] == ["main"]   # ours raised it, from C
+
+
+@pytest.mark.c_extension
+@pytest.mark.parametrize("wrapped", [False, True], ids=["task-of-request", "in-a-coroutine"])
+def test_cancel_is_raised_without_binding_frames(wrapped):
+    """A cancelled waiter's CancelledError passes through the request's
+    result() and throw() (asyncio.Task calls them); neither adds a frame of
+    the binding, which was a frame and a traceback object per cancel."""
+    sem = C.module.AsyncSemaphore(1)
+
+    async def waiter():
+        return await sem.acquire(1)
+
+    async def main():
+        held = await sem.acquire(1)
+        t = asyncio.ensure_future(waiter() if wrapped else sem.acquire(1))
+        await asyncio.sleep(0)
+        assert sem.queue_size == 1
+        t.cancel("enough")
+        try:
+            await t
+        except asyncio.CancelledError as exc:
+            frames = traceback.extract_tb(exc.__traceback__)
+        else:   # pragma: no cover - the test fails below
+            frames = None
+        assert sem.queue_size == 0
+        assert sem.stats().cancelled_total == 1
+        sem.release(held)
+        assert sem.available_permits == 1
+        return frames
+
+    frames = run(main())
+    assert frames is not None
+    assert not [f for f in frames if f.filename.endswith((".pyx", ".pxd"))], frames
+
+
+@pytest.mark.c_extension
+def test_request_result_and_throw_as_a_future_and_a_coroutine_have_them():
+    sem = C.module.AsyncSemaphore(1)
+
+    async def main():
+        held = await sem.acquire(1)
+        req = sem.acquire(1)
+        t = asyncio.ensure_future(req)
+        await asyncio.sleep(0)
+        with pytest.raises(asyncio.InvalidStateError, match="not ready"):
+            req.result()
+        for bad in ((), (ValueError, None, None, None)):
+            with pytest.raises(TypeError, match="throw expected"):
+                req.throw(*bad)
+        with pytest.raises(TypeError):
+            req.throw(ValueError, val=None)   # positional only, as a coroutine's
+        assert sem.queue_size == 1            # a refused call changed nothing
+        t.cancel("why")
+        with pytest.raises(asyncio.CancelledError):
+            await t
+        with pytest.raises(asyncio.CancelledError, match="why"):
+            req.result()
+        assert req.cancelled() and req.done()
+        # throw() on a finished request raises what it is given
+        with pytest.raises(KeyError):
+            req.throw(KeyError("k"))
+        with pytest.raises(TypeError):
+            req.throw(42)                     # not an exception
+        sem.release(held)
+        assert sem.available_permits == 1 and sem.queue_size == 0
+
+    run(main())
+    assert "typ, val=None, tb=None" in str(inspect.signature(C.module._Request.throw))
+    assert C.module._Request.result.__doc__.startswith("None once done")
 
 
 needs_312 = pytest.mark.skipif(sys.version_info < (3, 12),
