@@ -23,7 +23,11 @@ owns the Python objects and does the waking.  Rules that keep it sound:
 * Timeouts: one timer per semaphore and loop, armed for the earliest
   deadline of the loop's queued waiters, re-armed when it fires.
 * A failed request's exception is made once and raised once, by the C step
-  function (_binding/await.h), with no traceback entry of ours.
+  function (_binding/await.h), with no traceback entry of ours; so are the
+  CancelledError of a cancelled waiter (result(), which the task calls, and
+  throw(), which it calls next) and what throw() is given: a Cython raise
+  would add a frame and a traceback object, which the collector then
+  tracks, to every cancel.
 * binding=False: methods are plain C methods (as in a hand-written
   extension), so a call, or `async with`'s lookup of __aenter__/__aexit__,
   goes through no function-object layer.
