@@ -27,7 +27,9 @@ from typing import Callable, Sequence
 
 from pylimiter.spark.interleave import CPU, Spread, interleaved, per_round
 
-PARTS = ("await", "with", "sem", "blocking")
+PARTS = ("await", "with", "sem", "blocking", "cancel")
+#: cancel parks this many waiters at most (each round; --ops caps it lower).
+CANCEL_WAITERS = 10_000
 
 #: (module, part name, ops) -> a side: runs the part, returns ns per operation.
 MakeSide = Callable[[object, str, int], Callable[[], float]]
@@ -108,13 +110,30 @@ def side(mod, name: str, ops: int) -> Callable[[], float]:
         for _ in range(ops):
             rel(blocking(1))
 
+    async def cancel():
+        # Parked first (not timed), then cancelled newest-first and
+        # gathered (timed): the figure's "cancel" of benchmarks.table.
+        one = await acq(1)
+        rest = await acq(9)
+        tasks = [asyncio.ensure_future(acq(1)) for _ in range(min(ops, CANCEL_WAITERS))]
+        await asyncio.sleep(0)
+        t0 = CPU()
+        for t in reversed(tasks):
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        elapsed = CPU() - t0
+        rel(one)
+        rel(rest)
+        return elapsed
+
     body = {"await": await_release, "with": async_with, "sem": async_with_sem,
-            "blocking": acquire_blocking}[name]
+            "blocking": acquire_blocking, "cancel": cancel}[name]
+    n = min(ops, CANCEL_WAITERS) if name == "cancel" else ops
 
     def run() -> float:
         t0 = CPU()
-        loop.run_until_complete(body())
-        return (CPU() - t0) / ops
+        timed = loop.run_until_complete(body())
+        return (timed if timed is not None else CPU() - t0) / n
     return run
 
 

@@ -3,6 +3,7 @@ wheel's test run): the figures, the table runner, the micro report."""
 
 from __future__ import annotations
 
+import asyncio
 import csv
 import json
 import re
@@ -97,3 +98,31 @@ def test_park_wake_splits_each_loops_figure(capsys):
     assert len(costs) == len(loops)
     with pytest.raises(SystemExit):
         park_wake.main(["--rounds", "x"])
+
+
+def test_pure_floor_prototypes_keep_their_books_and_every_step_prints(capsys):
+    floor = pytest.importorskip("benchmarks.pure_floor")
+
+    async def cycle(sem):
+        for _ in range(3):
+            p = await sem.acquire(4)
+            assert sem._avail == 6
+            sem.release(p)
+            sem.release(p)   # a second release gives nothing back
+        return sem._avail
+
+    for level, step in enumerate(floor.STEPS):
+        sem = floor.prototype(level)(10)
+        assert asyncio.run(cycle(sem)) == 10, step
+        with pytest.raises(TypeError):
+            sem.release(object())
+        if level >= floor.STEPS.index("checks"):
+            with pytest.raises(ValueError):
+                sem.acquire(11)
+    assert floor.main(["--rounds", "2", "--ops", "20"]) == 0
+    out = capsys.readouterr().out
+    rows = [ln.split()[0] for ln in out.splitlines() if ln.startswith("  ")]
+    assert rows == [*floor.STEPS, "twin"]
+    assert all(re.search(r"\d+\.\d\dx \[", ln) for ln in out.splitlines()[1:])
+    with pytest.raises(SystemExit):
+        floor.main(["--rounds", "1"])
