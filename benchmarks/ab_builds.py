@@ -27,9 +27,11 @@ from typing import Callable, Sequence
 
 from pylimiter.spark.interleave import CPU, Spread, interleaved, per_round
 
-PARTS = ("await", "with", "sem", "blocking", "cancel")
+PARTS = ("await", "with", "sem", "blocking", "cancel", "tasks")
 #: cancel parks this many waiters at most (each round; --ops caps it lower).
 CANCEL_WAITERS = 10_000
+#: tasks starts this many tasks at most (--ops caps it lower).
+TASKS = 1000
 
 #: (module, part name, ops) -> a side: runs the part, returns ns per operation.
 MakeSide = Callable[[object, str, int], Callable[[], float]]
@@ -126,9 +128,20 @@ def side(mod, name: str, ops: int) -> Callable[[], float]:
         rel(rest)
         return elapsed
 
+    async def tasks():
+        # The figure's "tasks" (benchmarks.table) on this build: tasks that
+        # each take 1 of the 10 permits, yield once and give it back, all
+        # started at once, so most of them park and are woken.
+        async def one():
+            p = await acq(1)
+            await asyncio.sleep(0)
+            rel(p)
+        await asyncio.gather(*(one() for _ in range(min(ops, TASKS))))
+
     body = {"await": await_release, "with": async_with, "sem": async_with_sem,
-            "blocking": acquire_blocking, "cancel": cancel}[name]
-    n = min(ops, CANCEL_WAITERS) if name == "cancel" else ops
+            "blocking": acquire_blocking, "cancel": cancel, "tasks": tasks}[name]
+    n = min(ops, CANCEL_WAITERS) if name == "cancel" else min(ops, TASKS) if name == "tasks" \
+        else ops
 
     def run() -> float:
         t0 = CPU()
