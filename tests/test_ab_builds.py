@@ -31,7 +31,8 @@ def test_two_builds_in_one_process(tmp_path):
         cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     lines = [ln for ln in out.stdout.splitlines() if "B/A" in ln and ln.startswith("  ")]
-    assert [ln.split()[0] for ln in lines] == ["await", "with", "sem", "blocking", "cancel", "tasks"]
+    assert [ln.split()[0] for ln in lines] == ["await", "with", "sem", "blocking", "cancel",
+                                              "tasks"]
 
 
 def test_bad_arguments_and_a_missing_build_fail_with_one_line(tmp_path):
