@@ -27,11 +27,14 @@ from typing import Callable, Sequence
 
 from pylimiter.spark.interleave import CPU, Spread, interleaved, per_round
 
+from . import figures
+
 PARTS = ("await", "with", "sem", "blocking", "cancel", "tasks")
-#: cancel parks this many waiters at most (each round; --ops caps it lower).
-CANCEL_WAITERS = 10_000
-#: tasks starts this many tasks at most (--ops caps it lower).
-TASKS = 1000
+#: Parts that are benchmarks.table's figure of the same name, run on one
+#: build's side ("mine"): their own sizes (figures.WAITERS, figures.TASKS),
+#: not --ops; the coroutine returns the time of its timed part.
+FIGURE_PARTS = {"cancel": (figures._cancel, figures.WAITERS),
+                "tasks": (figures._tasks, figures.TASKS)}
 
 #: (module, part name, ops) -> a side: runs the part, returns ns per operation.
 MakeSide = Callable[[object, str, int], Callable[[], float]]
@@ -112,41 +115,18 @@ def side(mod, name: str, ops: int) -> Callable[[], float]:
         for _ in range(ops):
             rel(blocking(1))
 
-    async def cancel():
-        # Parked first (not timed), then cancelled newest-first and
-        # gathered (timed): the figure's "cancel" of benchmarks.table.
-        one = await acq(1)
-        rest = await acq(9)
-        tasks = [asyncio.ensure_future(acq(1)) for _ in range(min(ops, CANCEL_WAITERS))]
-        await asyncio.sleep(0)
-        t0 = CPU()
-        for t in reversed(tasks):
-            t.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-        elapsed = CPU() - t0
-        rel(one)
-        rel(rest)
-        return elapsed
-
-    async def tasks():
-        # The figure's "tasks" (benchmarks.table) on this build: tasks that
-        # each take 1 of the 10 permits, yield once and give it back, all
-        # started at once, so most of them park and are woken.
-        async def one():
-            p = await acq(1)
-            await asyncio.sleep(0)
-            rel(p)
-        await asyncio.gather(*(one() for _ in range(min(ops, TASKS))))
-
-    body = {"await": await_release, "with": async_with, "sem": async_with_sem,
-            "blocking": acquire_blocking, "cancel": cancel, "tasks": tasks}[name]
-    n = min(ops, CANCEL_WAITERS) if name == "cancel" else min(ops, TASKS) if name == "tasks" \
-        else ops
+    if name in FIGURE_PARTS:
+        make, n = FIGURE_PARTS[name]
+        body = make("mine", mod)
+    else:
+        body = {"await": await_release, "with": async_with, "sem": async_with_sem,
+                "blocking": acquire_blocking}[name]
+        n = ops
 
     def run() -> float:
         t0 = CPU()
         timed = loop.run_until_complete(body())
-        return (timed if timed is not None else CPU() - t0) / n
+        return (CPU() - t0 if timed is None else timed) / n
     return run
 
 

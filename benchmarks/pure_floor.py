@@ -87,6 +87,8 @@ def prototype(level: int) -> Callable[[int], Any]:
             return self._run()
 
         def _run(self) -> Any:
+            # The grant is written out in each variant, not shared: a call
+            # would be a cost of its own in every step's figure.
             sem = self._sem
             if not fin:
                 n = self._n
