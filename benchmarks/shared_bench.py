@@ -33,14 +33,17 @@ of B measured the same way; and, as the floor of any wake-up of an event
 loop from another process on this machine, one byte written by A into a
 FIFO that B's loop reads (``add_reader``), the task resuming on a Future
 the reader resolves (no semaphore at all: what a one-hop asyncio hand-off
-cannot beat).  Per round each side hands off 200 times; the figures are
-the medians over rounds of each round's p50 and p99, and their ratios to
-the anchor's.
+cannot beat).  Per round each side hands off 300 times, 25 rounds; the
+figures are the medians over rounds of each round's p50 and p99, and
+their ratios to the anchor's.  (One round's p50 moves by a fifth either
+way with where the scheduler put B; with the 7 rounds x 200 of earlier
+runs the median ratio of the thread hand-off came out anywhere from 0.92
+to 1.23 for the same code, with 25 x 300 within about 0.1.)
 
 Excluded everywhere: creating semaphores, loops and processes.  The C
 implementation only (``pylimiter._shared_c``).  Run::
 
-    python -m benchmarks.shared_bench            # all figures, ~10 s
+    python -m benchmarks.shared_bench            # all figures, ~30 s
     python -m benchmarks.shared_bench --rounds 5 --handoffs 100
 
 Output: a table on stdout, ``benchmarks/results/shared_bench.md`` and
@@ -460,9 +463,10 @@ def write(rows, out_dir: Path, meta: str) -> str:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--rounds", type=int, default=15, help="rounds per figure (default 15)")
-    ap.add_argument("--handoffs", type=int, default=200,
-                    help="hand-offs per side per round (default 200)")
-    ap.add_argument("--handoff-rounds", type=int, default=7)
+    ap.add_argument("--handoffs", type=int, default=300,
+                    help="hand-offs per side per round (default 300)")
+    ap.add_argument("--handoff-rounds", type=int, default=25,
+                    help="hand-off rounds (default 25)")
     ap.add_argument("--out", type=Path, default=RESULTS)
     ap.add_argument("--skip-handoff", action="store_true")
     ap.add_argument("--only-handoff", action="store_true")
