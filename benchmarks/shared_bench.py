@@ -462,11 +462,12 @@ def write(rows, out_dir: Path, meta: str) -> str:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--rounds", type=int, default=15, help="rounds per figure (default 15)")
+    ap.add_argument("--rounds", type=int, default=15,
+                    help="rounds per figure (default %(default)s)")
     ap.add_argument("--handoffs", type=int, default=300,
-                    help="hand-offs per side per round (default 300)")
+                    help="hand-offs per side per round (default %(default)s)")
     ap.add_argument("--handoff-rounds", type=int, default=25,
-                    help="hand-off rounds (default 25)")
+                    help="hand-off rounds (default %(default)s)")
     ap.add_argument("--out", type=Path, default=RESULTS)
     ap.add_argument("--skip-handoff", action="store_true")
     ap.add_argument("--only-handoff", action="store_true")

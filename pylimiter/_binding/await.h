@@ -18,8 +18,9 @@
  * import (plim_install_request, plim_install_done, plim_install_outcomes),
  * before any instance of the type is awaited; the step function returns a
  * new reference and sets its status, or NULL with an exception set (an
- * unexpected error, such as MemoryError).  Past the step function, the only error these slots can
- * add is a MemoryError making the StopIteration (tp_iternext).
+ * unexpected error, such as MemoryError).  Past the step function, the
+ * only error these slots can add is a MemoryError making the
+ * StopIteration (tp_iternext).
  */
 #ifndef PLIM_BINDING_AWAIT_H
 #define PLIM_BINDING_AWAIT_H
